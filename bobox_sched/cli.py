@@ -1,0 +1,62 @@
+"""The ``bobox`` command (also ``python -m bobox_sched``).
+
+Each subcommand lives in its own module and registers itself here. Every subcommand has
+``--help``; bad input ends with a one-line ``error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from topology.errors import TopologyError
+
+from .errors import BoboxError
+
+USER_ERRORS = (BoboxError, TopologyError, FileNotFoundError, NotADirectoryError, ValueError)
+
+
+def _cmd_topology(sub):
+    from topology import cli as tcli
+
+    p = sub.add_parser("topology", help="show this machine's topology (like lstopo), or measure the NUMA factor",
+                       description="Show NUMA nodes, CPUs and caches of this machine or of a captured tree.")
+    tcli.add_arguments(p)
+    p.set_defaults(func=tcli.run)
+
+
+# Subcommands, in the order of `bobox --help`. Each entry adds a parser whose defaults
+# carry `func(args) -> int`.
+SUBCOMMANDS = [_cmd_topology]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bobox",
+        description="bobox-sched: a NUMA-aware task scheduler for dataflow query execution.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for add in SUBCOMMANDS:
+        add(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` & co.: not an error. Point stdout at devnull so the
+        # interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,0 +1,28 @@
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+FIXTURES = HERE / "fixtures" / "hwloc-linux"
+sys.path.insert(0, str(HERE))
+
+
+def fixture_names():
+    return sorted(p.name[: -len(".console")] for p in FIXTURES.glob("*.console"))
+
+
+@pytest.fixture(scope="session")
+def hwloc_trees(tmp_path_factory):
+    """Unpack every captured tree once; returns {fixture name: root folder}."""
+    out = tmp_path_factory.mktemp("hwloc")
+    roots = {}
+    for name in fixture_names():
+        with tarfile.open(FIXTURES / f"{name}.tar.bz2") as tf:
+            tops = {m.name.split("/")[0] for m in tf.getmembers()}
+            tf.extractall(out, filter="tar")
+        (top,) = tops  # one folder per archive (its name may differ from the file's)
+        roots[name] = out / top
+    return roots

@@ -1,0 +1,88 @@
+"""Boot a real Linux kernel with several NUMA nodes in QEMU and run Python in it.
+
+The NUMA-VM tier (design.md section 7, tier 4). virtme-ng (`vng`) boots the host's
+Debian kernel over the host's filesystem, read-only, so the guest runs this very
+checkout with the host's Python. KVM hangs on our machines, hence `--disable-kvm`
+(TCG emulation: slow, but a real kernel with real NUMA nodes and real page placement).
+
+The guest prints `@@RESULT <name> <json>` lines on stdout; `run_guest` parses them.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A 4-node "ring-ish" matrix: neighbours 21, two hops 31, three hops 41 (QEMU needs one
+# value per unordered pair; the kernel reports the matrix symmetric).
+DISTANCES_4 = {(0, 1): 21, (0, 2): 31, (0, 3): 41, (1, 2): 21, (1, 3): 31, (2, 3): 21}
+DISTANCES_2 = {(0, 1): 21}
+
+
+def kernel_image() -> str | None:
+    env = os.environ.get("BOBOX_VM_KERNEL")
+    if env:
+        return env if os.path.exists(env) else None
+    images = sorted(glob.glob("/boot/vmlinuz-*"))
+    return images[-1] if images else None
+
+
+def unavailable_reason() -> str | None:
+    if not shutil.which("vng"):
+        return "virtme-ng (vng) is not installed"
+    if not shutil.which("qemu-system-x86_64"):
+        return "qemu-system-x86_64 is not installed"
+    if not kernel_image():
+        return "no kernel image in /boot (install linux-image-amd64)"
+    return None
+
+
+def vng_command(guest_cmd: str, nodes: int, distances: dict, cpus_per_node: int = 1,
+                mem_per_node_mb: int = 1024) -> list[str]:
+    cmd = [
+        "vng", "--disable-kvm", "-r", kernel_image(),
+        "--cpus", str(nodes * cpus_per_node),
+        "-m", f"{nodes * mem_per_node_mb}M",
+    ]
+    for n in range(nodes):
+        lo, hi = n * cpus_per_node, (n + 1) * cpus_per_node - 1
+        cpus = str(lo) if lo == hi else f"{lo}-{hi}"
+        cmd += ["--numa", f"{mem_per_node_mb}M,cpus={cpus}"]
+    for (a, b), d in sorted(distances.items()):
+        cmd += ["--numa-distance", f"{a},{b}={d}"]
+    cmd += ["--exec", guest_cmd]
+    return cmd
+
+
+def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
+              cpus_per_node: int = 1, timeout: int = 1200) -> dict:
+    """Boot a guest, run `tests/vm_guest.py CHECK...` in it; return {check: result}."""
+    distances = DISTANCES_4 if distances is None else distances
+    guest = (
+        f"cd {REPO} && export NUMBA_CACHE_DIR=/tmp/numba-cache PYTHONPATH={REPO} "
+        f"PYTHONUNBUFFERED=1 && {sys.executable} {REPO / 'tests' / 'vm_guest.py'} {' '.join(checks)}"
+    )
+    proc = subprocess.run(
+        vng_command(guest, nodes, distances, cpus_per_node),
+        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@RESULT "):
+            _, name, payload = line.split(" ", 2)
+            results[name] = json.loads(payload)
+    missing = [c for c in checks if c not in results]
+    if missing:
+        raise RuntimeError(
+            f"guest produced no result for {missing} (vng exit {proc.returncode})\n"
+            f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+        )
+    return results
