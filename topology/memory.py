@@ -77,7 +77,7 @@ def numa_available() -> bool:
         return False
 
 
-def _live_nodes() -> list[int]:
+def live_nodes() -> list[int]:
     try:
         names = os.listdir("/sys/devices/system/node")
     except OSError:
@@ -88,7 +88,7 @@ def _live_nodes() -> list[int]:
 
 def check_node(node: int) -> int:
     """Validate a node index against the live machine; return it."""
-    nodes = _live_nodes()
+    nodes = live_nodes()
     if not isinstance(node, (int, np.integer)) or int(node) not in nodes:
         raise TopologyError(
             f"unknown NUMA node {node} (this machine has: {', '.join(map(str, nodes))})"

@@ -1,0 +1,256 @@
+"""Operators, ports and the per-task context.
+
+An operator runs on at most one thread at a time (the state machine in ``task.py``
+guarantees it) and talks to other operators only through packets on its ports:
+
+* every input port has a bounded buffer (``Scheduler(buffer_packets=...)`` packets); a
+  full buffer rejects a packet, which waits in the sender's outbox, and the sender is
+  scheduled again (a deferred task) as soon as the receiver takes a packet out;
+* end of stream is a punctuation: ``ctx.close(port)`` delivers it after the packets
+  already sent on that port; ``ctx.at_eos(port)`` is true once it arrived and the buffer
+  is drained. Sources may be unbounded;
+* an operator must keep consuming every input while it waits for another one (a hash
+  join stashes probe packets until its build side ended). With that rule and bounded
+  buffers, a DAG of operators cannot deadlock: the sinks always drain.
+
+Write an operator by subclassing :class:`Operator` (full control: ``process(ctx)`` is
+called each time it is scheduled), :class:`Source` (``next_packet``) or
+:class:`StreamOperator` (``on_packet`` / ``on_eos`` / ``on_end``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+# Operator states: section 3.1 of the Bobox paper, plus FINISHED.
+NOTHING = 0  # nothing to do
+SCHEDULED = 1  # a task for it exists in some list
+RUNNING = 2  # a thread is inside process()
+RUNNING_SCHEDULED = 3  # scheduled while running: becomes SCHEDULED when the run ends
+FINISHED = 4  # closed its outputs and asked to finish; never runs again
+
+STATE_NAMES = ("Nothing", "Scheduled", "Running", "Running and scheduled", "Finished")
+
+EOS = object()  # end-of-stream punctuation, travels in outboxes like a packet
+
+
+class Operator:
+    """Base class of all operators.
+
+    Class attributes (or instance attributes set in ``__init__``) declare the shape:
+
+    ``inputs`` / ``outputs``
+        port names; every port must be connected exactly once in a plan.
+    ``kind``
+        ``"stateless"``, ``"partitioned"`` (state per key; ``partition_key`` names it) or
+        ``"stateful"``: what later policies (parallel regions, elastic scheduling) may do
+        with the operator.
+    ``selectivity``
+        expected output rows per input row, when known (None otherwise).
+    """
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+    kind: str = "stateless"
+    partition_key = None
+    selectivity: float | None = None
+
+    def process(self, ctx: "Context") -> None:
+        raise NotImplementedError(f"{type(self).__name__}.process")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {getattr(self, 'name', '?')}>"
+
+    # -- runtime fields, set by Request._bind (one Operator instance per request) --------
+    def _bind(self, name: str, request, buffer_packets: int) -> None:
+        import threading
+
+        self.name = name
+        self._req = request
+        self._lock = threading.Lock()  # guards _state, _inq, _closed, _waiters
+        self._state = NOTHING
+        self._inidx = {p: i for i, p in enumerate(self.inputs)}
+        self._outidx = {p: i for i, p in enumerate(self.outputs)}
+        self._inq = [deque() for _ in self.inputs]
+        self._closed = [False] * len(self.inputs)
+        self._cap = buffer_packets
+        self._dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
+        self._outclosed = [False] * len(self.outputs)
+        self._outbox = deque()  # (port index, packet or EOS); touched by the running thread only
+        self._waiters = []  # senders whose packet this operator's full buffer rejected
+        self._resched = False  # process() asked for a deferred re-run
+        self._finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+
+
+class Context:
+    """What ``process(ctx)`` sees. One per worker thread, re-pointed at each task."""
+
+    __slots__ = ("worker", "op", "scheduler")
+
+    def __init__(self, worker, scheduler):
+        self.worker = worker
+        self.scheduler = scheduler
+        self.op = None
+
+    # -- inputs -------------------------------------------------------------------------
+    def recv(self, port: str):
+        """Take the oldest packet of input `port`, or None if its buffer is empty."""
+        return _task.take_input(self.worker, self.op, self.op._inidx[port])
+
+    def has_input(self, port: str) -> bool:
+        return bool(self.op._inq[self.op._inidx[port]])
+
+    def at_eos(self, port: str) -> bool:
+        """True when `port` got its end-of-stream and every packet before it was taken."""
+        op = self.op
+        i = op._inidx[port]
+        return op._closed[i] and not op._inq[i]
+
+    def all_eos(self) -> bool:
+        op = self.op
+        return all(op._closed) and not any(op._inq)
+
+    # -- outputs ------------------------------------------------------------------------
+    def send(self, port: str, packet) -> bool:
+        """Send `packet` on output `port`. True if the receiver took it now; False if it
+        waits in this operator's outbox (receiver full): stop producing and return, the
+        runtime resends it and runs this operator again when there is room."""
+        op = self.op
+        return _task.send(self.worker, op, op._outidx[port], packet)
+
+    def close(self, port: str | None = None) -> None:
+        """End of stream on `port` (all outputs if None)."""
+        op = self.op
+        ports = range(len(op.outputs)) if port is None else [op._outidx[port]]
+        for i in ports:
+            if not op._outclosed[i]:
+                op._outclosed[i] = True
+                _task.send(self.worker, op, i, EOS)
+
+    @property
+    def blocked(self) -> bool:
+        """True while packets wait in the outbox: a producer should return now."""
+        return bool(self.op._outbox)
+
+    # -- control ------------------------------------------------------------------------
+    def reschedule(self) -> None:
+        """Run this operator again later (a deferred task): a source emitting one packet
+        per run calls it after each packet."""
+        self.op._resched = True
+
+    def finish(self) -> None:
+        """This operator is done (after closing its outputs). Inputs still arriving are
+        dropped."""
+        self.op._finishing = True
+
+    def set_result(self, value) -> None:
+        """Publish the request's result (sinks)."""
+        self.op._req.results[self.op.name] = value
+
+    # -- memory -------------------------------------------------------------------------
+    def new_packet(self, schema: dict, nrows: int):
+        """An uninitialised packet with columns ``{name: dtype}`` and `nrows` rows, whose
+        memory is on this worker's NUMA node (recycled when the packet dies)."""
+        return _packet.new_packet(self.scheduler._pool_for(self.worker), schema, nrows, self.op._req.bytes)
+
+    @property
+    def packet_bytes(self) -> int:
+        """Target packet size of this scheduler (half the L2 by default)."""
+        return self.scheduler.packet_bytes
+
+    def rows_for(self, schema: dict) -> int:
+        """Rows of `schema` that make one packet of the target size."""
+        return _packet.rows_per_packet(schema, self.scheduler.packet_bytes)
+
+    @property
+    def node(self) -> int | None:
+        """NUMA node of the worker running this task (None if not pinned to a node)."""
+        return self.worker.node_id
+
+    @property
+    def request(self):
+        return self.op._req
+
+
+class Source(Operator):
+    """An operator with no inputs that emits one packet per run.
+
+    Implement ``next_packet(ctx)`` returning a Packet, or None when exhausted (end of
+    stream on every output, then finish). Unbounded sources simply never return None."""
+
+    outputs = ("out",)
+
+    def next_packet(self, ctx):
+        raise NotImplementedError
+
+    def process(self, ctx):
+        pkt = self.next_packet(ctx)
+        if pkt is None:
+            ctx.close()
+            ctx.finish()
+            return
+        for port in self.outputs:
+            ctx.send(port, pkt)
+        ctx.reschedule()
+
+
+class StreamOperator(Operator):
+    """Packet-at-a-time operator: one packet per input per run, callbacks per event.
+
+    ``on_packet(ctx, port, packet)`` for each packet, ``on_eos(ctx, port)`` once per input
+    when its stream ends, ``on_end(ctx)`` once when all inputs ended (then the runtime
+    closes every output and finishes)."""
+
+    inputs = ("in",)
+    outputs = ("out",)
+
+    def on_packet(self, ctx, port, packet):
+        raise NotImplementedError
+
+    def on_eos(self, ctx, port):
+        pass
+
+    def on_end(self, ctx):
+        pass
+
+    def process(self, ctx):
+        op_eos = getattr(self, "_eos_done", None)
+        if op_eos is None:
+            op_eos = self._eos_done = [False] * len(self.inputs)
+        for i, port in enumerate(self.inputs):
+            if ctx.blocked:
+                return
+            pkt = ctx.recv(port)
+            if pkt is not None:
+                self.on_packet(ctx, port, pkt)
+            if not op_eos[i] and ctx.at_eos(port):
+                op_eos[i] = True
+                self.on_eos(ctx, port)
+        if all(op_eos) and not ctx.blocked:
+            self.on_end(ctx)
+            ctx.close()
+            ctx.finish()
+
+
+class Sink(StreamOperator):
+    """Collects every packet; the result is ``finalize(packets)`` (default: the list)."""
+
+    outputs = ()
+
+    def __init__(self):
+        self.packets = []
+
+    def on_packet(self, ctx, port, packet):
+        self.packets.append(packet)
+
+    def finalize(self, packets):
+        return packets
+
+    def on_end(self, ctx):
+        ctx.set_result(self.finalize(self.packets))
+        self.packets = []
+
+
+# Imported last: task.py imports the state constants defined above.
+from . import packet as _packet  # noqa: E402
+from . import task as _task  # noqa: E402

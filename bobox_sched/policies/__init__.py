@@ -1,0 +1,27 @@
+"""Scheduling policies behind one interface (``base.Policy``).
+
+``bobox``: the scheduler of the Bobox paper (per-node request lists, per-thread
+immediate lists, locality-ordered task search, per-thread sleep semaphores, balancer).
+``simple``: the paper's baseline (per-thread FIFO lists, round-robin stealing, one
+global semaphore counting tasks, constant packet size).
+"""
+
+from __future__ import annotations
+
+from .base import Policy
+
+
+def get_policy(name: str) -> type[Policy]:
+    from .bobox import BoboxPolicy
+    from .simple import SimplePolicy
+
+    table = {"bobox": BoboxPolicy, "simple": SimplePolicy}
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(table))})") from None
+
+
+POLICY_NAMES = ("bobox", "simple")
+
+__all__ = ["POLICY_NAMES", "Policy", "get_policy"]

@@ -1,0 +1,64 @@
+"""The interface every scheduling policy implements.
+
+The runtime (operators, packets, requests, the task state machine) is shared; a policy
+owns where tasks wait, which task a worker runs next, how idle workers sleep and wake,
+where requests are placed, and any background balancing. A new policy is a new module
+in this package registered in ``policies/__init__.py``.
+
+Contract:
+
+* ``push_immediate(worker, op)`` is called by `worker`'s own thread;
+  ``push_deferred(request, op, worker)`` by any thread (worker None = not a worker,
+  e.g. ``submit``). Both may be called concurrently with ``next_task`` of any worker.
+* ``next_task(worker)`` is called only by `worker`'s thread; it returns an operator to
+  run, blocking (sleeping) while there is none, and returns None once the scheduler is
+  stopping and no work is left, which ends the worker.
+* ``place(request)`` runs before the request's first task is pushed;
+  ``request_done(request)`` once, when it ended.
+"""
+
+from __future__ import annotations
+
+
+class Policy:
+    name = "?"
+
+    def __init__(self, scheduler, threads_per_node: int | None):
+        self.scheduler = scheduler
+        self.topology = scheduler.topology
+        self.threads_per_node = threads_per_node
+
+    @classmethod
+    def default_packet_bytes(cls, topology) -> int:
+        return topology.packet_bytes
+
+    def create_workers(self) -> list:
+        raise NotImplementedError
+
+    def place(self, request, node: int | None = None) -> None:
+        raise NotImplementedError
+
+    def push_immediate(self, worker, op) -> None:
+        raise NotImplementedError
+
+    def push_deferred(self, request, op, worker) -> None:
+        raise NotImplementedError
+
+    def next_task(self, worker):
+        raise NotImplementedError
+
+    def request_done(self, request) -> None:
+        pass
+
+    def wake_all(self) -> None:
+        """Wake every sleeping worker (shutdown)."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start background threads (after the workers started)."""
+
+    def stop(self) -> None:
+        """Stop background threads."""
+
+    def stats(self) -> dict:
+        return {}

@@ -1,0 +1,247 @@
+"""The Bobox scheduler (Falt & Yaghob, section 5).
+
+Where tasks wait: a new immediate task goes to the list of the thread that created it,
+a new deferred task to the list of its request (when the request is shared between
+nodes, responsibility for each new deferred task goes round-robin over the sharing
+nodes). A worker looks for work in exactly this order:
+
+1. the newest task of its own immediate list (its packet is the hottest in cache);
+2. the oldest deferred task of the request it ran last (that request's data is warm);
+3. the oldest task of the oldest request of its node (old requests finish first and
+   free their memory);
+4. the oldest immediate task of another thread of its node (stealing);
+5. sleep, on its own binary semaphore (see ``node.py`` for the sleep/wake protocol).
+
+`find_task` (steps 1-4) and `try_sleep` (the sleeping rule) are plain functions of the
+data structures, so tests drive them deterministically without threads.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..balancer import Balancer
+from ..node import NodeState
+from ..worker import Worker
+from .base import Policy
+
+
+class BoboxPolicy(Policy):
+    name = "bobox"
+
+    def __init__(self, scheduler, threads_per_node, balance_interval=0.1, pin=True):
+        super().__init__(scheduler, threads_per_node)
+        topo = self.topology
+        self.nodes = [NodeState(n.os_index, n.cpus, n.memory_bytes) for n in topo.cpu_nodes]
+        self.by_id = {n.os_index: n for n in self.nodes}
+        self.pin = pin
+        self.balance_interval = balance_interval
+        self.balancer = Balancer(self, balance_interval) if balance_interval else None
+        self._stats_lock = threading.Lock()
+        self.migrations = 0
+        self.shares = 0
+
+    # -- workers -------------------------------------------------------------------------
+    def create_workers(self) -> list:
+        workers = []
+        for node in self.nodes:
+            k = self.threads_per_node or len(node.cpus)
+            for _ in range(k):
+                w = Worker(self.scheduler, len(workers), node, node.cpus if self.pin else None)
+                node.workers.append(w)
+                workers.append(w)
+        return workers
+
+    # -- placement -----------------------------------------------------------------------
+    def choose_node(self) -> NodeState:
+        """The node with the most free resources: idle threads first, then fewer
+        requests, then free memory (section 5.1)."""
+        return max(self.nodes, key=lambda n: (len(n.idle), -len(n.requests), n.free_memory(), -n.os_index))
+
+    def place(self, request, node_id: int | None = None) -> None:
+        node = self.choose_node() if node_id is None else self.by_id[node_id]
+        with node.lock:
+            node.add_request(request)
+        request.nodes = [node]
+
+    def request_done(self, request) -> None:
+        nodes = request.nodes
+        request.nodes = []
+        for node in nodes:
+            with node.lock:
+                node.remove_request(request)
+
+    # -- task creation -------------------------------------------------------------------
+    def push_immediate(self, worker, op) -> None:
+        worker.imm.append(op)
+        node = worker.node
+        if node.idle:
+            self._wake(node, False)
+
+    def push_deferred(self, request, op, worker) -> None:
+        nodes = request.nodes
+        if not nodes:
+            return  # the request ended meanwhile: nothing will run it
+        if len(nodes) == 1:
+            node = nodes[0]
+            request.deferred.append((op, None))
+        else:
+            k = request.rr
+            request.rr = k + 1
+            node = nodes[k % len(nodes)]
+            request.deferred.append((op, node))
+        if node.idle:
+            self._wake(node, False)
+
+    def _wake(self, node: NodeState, always: bool) -> bool:
+        """Wake one sleeping worker of `node` if the sleeping rule says one must run
+        (or unconditionally with `always`: a request was added to the node)."""
+        with node.lock:
+            if not node.idle:
+                return False
+            if not always and not node.must_not_sleep():
+                return False
+            w = node.idle.pop()
+        w.park.release()
+        return True
+
+    # -- task selection ------------------------------------------------------------------
+    def find_task(self, w):
+        """Steps 1-4 of the locality order; records the step in ``w.last_step``."""
+        imm = w.imm
+        if imm:
+            try:
+                op = imm.pop()
+                w.last_step = 1
+                w.steps[1] += 1
+                return op
+            except IndexError:  # a thief took it
+                pass
+        node = w.node
+        r = w.last_req
+        if r is not None and r.deferred and node in r.nodes:
+            try:
+                op = r.deferred.popleft()[0]
+                w.last_step = 2
+                w.steps[2] += 1
+                return op
+            except IndexError:
+                pass
+        for r in node.requests:
+            if r.deferred:
+                try:
+                    op = r.deferred.popleft()[0]
+                except IndexError:
+                    continue
+                w.last_req = r
+                w.last_step = 3
+                w.steps[3] += 1
+                return op
+        workers = node.workers
+        n = len(workers)
+        if n > 1:
+            start = workers.index(w) + 1
+            for k in range(n - 1):
+                other = workers[(start + k) % n]
+                if other.imm:
+                    try:
+                        op = other.imm.popleft()
+                    except IndexError:
+                        continue
+                    w.last_step = 4
+                    w.steps[4] += 1
+                    w.steals += 1
+                    return op
+        return None
+
+    def try_sleep(self, w) -> bool:
+        """Step 5: register `w` as sleeping unless the sleeping rule forbids it. True if
+        the caller must now block on ``w.park``."""
+        node = w.node
+        with node.lock:
+            node.idle.append(w)
+            if node.must_not_sleep():
+                node.idle.remove(w)
+                return False
+        w.steps[5] += 1
+        w.sleeps += 1
+        return True
+
+    def next_task(self, w):
+        find = self.find_task
+        sched = self.scheduler
+        while True:
+            op = find(w)
+            if op is not None:
+                return op
+            if sched._stopping:
+                return None
+            if self.try_sleep(w):
+                w.park.acquire()
+                w.wakeups += 1
+
+    def wake_all(self) -> None:
+        for node in self.nodes:
+            with node.lock:
+                sleepers = node.idle
+                node.idle = []
+            for w in sleepers:
+                w.park.release()
+
+    # -- balancing -----------------------------------------------------------------------
+    def migrate(self, request, src: NodeState, dst: NodeState) -> None:
+        """Move an unshared request to another node (its future deferred tasks and its
+        place in the oldest-first order go with it; immediate tasks stay, they are hot
+        where they are)."""
+        first, second = sorted((src, dst), key=lambda n: n.os_index)
+        with first.lock, second.lock:
+            if request.nodes != [src]:
+                return
+            dst.add_request(request)
+            request.nodes = [dst]
+            src.remove_request(request)
+        request.migrations += 1
+        with self._stats_lock:
+            self.migrations += 1
+        self._wake(dst, True)
+
+    def share(self, request, dst: NodeState) -> None:
+        """Let `dst` evaluate `request` too; new deferred tasks go round-robin."""
+        with dst.lock:
+            if dst in request.nodes or not request.nodes:
+                return
+            dst.add_request(request)
+            request.nodes = request.nodes + [dst]
+        request.shares += 1
+        with self._stats_lock:
+            self.shares += 1
+        self._wake(dst, True)
+
+    def start(self) -> None:
+        if self.balancer is not None and len(self.nodes) > 1:
+            self.balancer.start()
+
+    def stop(self) -> None:
+        if self.balancer is not None:
+            self.balancer.stop()
+
+    def request_added(self) -> None:
+        if self.balancer is not None:
+            self.balancer.notify()
+
+    def stats(self) -> dict:
+        return {
+            "migrations": self.migrations,
+            "shares": self.shares,
+            "balancer_ticks": self.balancer.ticks if self.balancer else 0,
+            "nodes": [
+                {
+                    "node": n.os_index,
+                    "threads": n.nthreads,
+                    "idle_threads": len(n.idle),
+                    "requests": len(n.requests),
+                    "pending_tasks": n.pending_tasks(),
+                }
+                for n in self.nodes
+            ],
+        }

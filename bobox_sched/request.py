@@ -1,0 +1,195 @@
+"""Requests: one execution-plan instance being evaluated, and the handle users hold.
+
+Life of a request: ``Scheduler.submit`` instantiates and validates the plan, the policy
+places it on a node, the source operators get deferred tasks; it ends when every
+operator finished (DONE), when an operator raised (FAILED) or by ``cancel()``
+(CANCELLED). At the end its operators are dropped, so packets and operator state are
+released while the handle still answers ``result()`` and ``stats``.
+
+Protocol: ``state`` moves once, from ACTIVE to a final state, under ``_lock``; the thread
+that moves it does the clean-up. Workers read ``state`` without the lock (an attribute
+read) and drop tasks of a request that is no longer ACTIVE.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from .errors import RequestCancelled
+from .operator import SCHEDULED
+from .packet import ByteAccount
+
+STEP_NAMES = {
+    1: "own immediate (newest)",
+    2: "last request's deferred (oldest)",
+    3: "oldest request's deferred (oldest)",
+    4: "stolen immediate (oldest)",
+    5: "sleep",
+}
+
+
+class Request:
+    ACTIVE = "active"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __init__(self, scheduler, plan, rid: int, ops, edges, buffer_packets: int):
+        self.id = rid
+        self.name = plan.name
+        self.scheduler = scheduler
+        self.policy = scheduler.policy
+        self.state = self.ACTIVE
+        self._lock = threading.Lock()
+        # Tasks: deferred list, oldest first. Entries are (operator, node) where node is
+        # the NodeState responsible for the task (None = the request's first node); the
+        # policy owns the meaning of `node` and of `nodes` below.
+        self.deferred = deque()
+        self.nodes = []  # nodes evaluating this request (first = owner); set by the policy
+        self.rr = 0  # round-robin cursor over `nodes` for new deferred tasks when shared
+        self.results: dict = {}
+        self.bytes = ByteAccount(parent=scheduler.bytes)
+        self.future: Future = Future()
+        self.ops = ops
+        self.sources = [op for op in ops.values() if not op.inputs]
+        self.remaining = len(ops)
+        for name, op in ops.items():
+            op._bind(name, self, buffer_packets)
+        for s, si, d, di in edges:
+            ops[s]._dst[si] = (ops[d], di)
+        self.migrations = 0
+        self.shares = 0
+        self.n_operators = len(ops)
+        self.t_submit = time.perf_counter()
+        self.t_end = None
+        self.failed_operator = None
+        self.final_nodes = None  # node ids evaluating it when it ended
+        self._final_stats = None
+
+    # -- life cycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Give every source operator its first (deferred) task."""
+        for op in self.sources:
+            op._state = SCHEDULED
+            self.policy.push_deferred(self, op, None)
+        if not self.sources:  # nothing to run: a plan of zero sources completes at once
+            self._end(self.DONE)
+
+    def op_finished(self, op) -> None:
+        with self._lock:
+            self.remaining -= 1
+            last = self.remaining == 0 and self.state is self.ACTIVE
+        if last:
+            self._end(self.DONE)
+
+    def fail(self, exc: BaseException, op=None) -> None:
+        self.failed_operator = getattr(op, "name", None)
+        self._end(self.FAILED, exc)
+
+    def cancel(self) -> bool:
+        return self._end(self.CANCELLED, RequestCancelled(f"request {self.id} ({self.name}) was cancelled"))
+
+    def _end(self, state: str, exc: BaseException | None = None) -> bool:
+        with self._lock:
+            if self.state is not self.ACTIVE:
+                return False
+            self.state = state
+        self.t_end = time.perf_counter()
+        self.final_nodes = [n.os_index for n in self.nodes]
+        self.policy.request_done(self)
+        self._final_stats = self.scheduler._collect_request_stats(self)
+        ops = self.ops
+        self.ops = None  # drop operator state (hash tables, stashed packets, ...)
+        self.sources = []
+        self.deferred.clear()
+        if ops:
+            for op in ops.values():
+                op._outbox.clear()
+                with op._lock:
+                    op._inq = [deque() for _ in op._inq]
+                    op._waiters = []
+        results = self.results
+        if state == self.DONE:
+            if len(results) == 1:
+                value = next(iter(results.values()))
+            else:
+                value = results
+            self.future.set_result(value)
+        else:
+            self.results = {}
+            # Keep the traceback (file, line, function of every frame) but drop the
+            # frames' local variables: they hold the packets and operator state that
+            # the failed request must release.
+            traceback.clear_frames(exc.__traceback__)
+            self.future.set_exception(exc)
+        self.scheduler._request_ended(self)
+        return True
+
+    @property
+    def elapsed(self) -> float:
+        end = self.t_end if self.t_end is not None else time.perf_counter()
+        return end - self.t_submit
+
+    def stats(self) -> dict:
+        if self._final_stats is not None:
+            return self._final_stats
+        return self.scheduler._collect_request_stats(self)
+
+
+class RequestHandle:
+    """What ``Scheduler.submit`` returns: wait for, inspect or cancel one request."""
+
+    def __init__(self, request: Request):
+        self._request = request
+        self.id = request.id
+        self.name = request.name
+
+    def result(self, timeout: float | None = None):
+        """The request's result: the value its sink published (``ctx.set_result``), or a
+        dict ``{operator: value}`` when several operators published one.
+
+        Raises the operator's own exception (original traceback) if it failed,
+        :class:`RequestCancelled` if cancelled, ``TimeoutError`` after `timeout`."""
+        try:
+            return self._request.future.result(timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"request {self.id} ({self.name}) not done after {timeout} s") from None
+
+    def exception(self, timeout: float | None = None):
+        try:
+            return self._request.future.exception(timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"request {self.id} ({self.name}) not done after {timeout} s") from None
+
+    def done(self) -> bool:
+        return self._request.future.done()
+
+    def cancel(self) -> bool:
+        """Cancel the request; False if it had already ended."""
+        return self._request.cancel()
+
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(handle)`` when the request ends (at once if it has)."""
+        self._request.future.add_done_callback(lambda _f: fn(self))
+
+    @property
+    def state(self) -> str:
+        return self._request.state
+
+    @property
+    def failed_operator(self) -> str | None:
+        return self._request.failed_operator
+
+    @property
+    def stats(self) -> dict:
+        """Per-request metrics: tasks by locality step, packets and bytes, peak bytes
+        held, migrations and shares, elapsed seconds."""
+        return self._request.stats()
+
+    def __repr__(self) -> str:
+        return f"<RequestHandle {self.id} {self.name} {self.state}>"

@@ -1,0 +1,196 @@
+"""Tasks: the operator state machine, packet delivery with back-pressure, and running a task.
+
+A *task* is "run this operator once". Because an operator has at most one pending task
+(the state machine below), a task is represented by the operator object itself; the
+policy decides which list it goes to:
+
+* receiving a packet (or an end of stream) creates an **immediate** task, pushed by the
+  sending thread to *its own* immediate list: the packet is hot in that thread's cache;
+* ``ctx.reschedule()`` and a blocked sender being woken create a **deferred** task, put
+  in the request's deferred list (Bobox paper, section 3.1).
+
+Protocol (who touches what, when):
+
+* ``op._state``, ``op._inq``, ``op._closed``, ``op._waiters`` are guarded by ``op._lock``,
+  except one write: SCHEDULED -> RUNNING at the start of a run is done without the lock
+  by the one thread that popped the task. Nobody else moves the state out of SCHEDULED
+  (senders only read it, and SCHEDULED needs no action from them), and every packet a
+  sender appended before or after that write is seen by the end-of-run check, which does
+  take the lock.
+* ``op._outbox``, ``op._resched``, ``op._finishing``, ``op._outclosed`` belong to the
+  thread running the operator; only it touches them, and only one thread runs an
+  operator at a time (RUNNING / RUNNING_SCHEDULED are exclusive).
+* A sender whose packet is rejected by a full buffer registers in the receiver's
+  ``_waiters`` under the receiver's lock; ``take_input`` pops a packet and takes the
+  waiter list under the same lock, then schedules the waiters. So a sender is never
+  left waiting for room that already exists (no lost wake-up).
+* Locks are never nested: a thread holds at most one operator lock, for a few
+  deque/attribute operations, and calls into the policy only after releasing it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .operator import EOS, FINISHED, NOTHING, RUNNING, RUNNING_SCHEDULED, SCHEDULED
+
+
+def schedule(op, worker, immediate: bool) -> None:
+    """Ask for `op` to run. Creates a task only if the operator had nothing to do."""
+    with op._lock:
+        s = op._state
+        if s == NOTHING:
+            op._state = SCHEDULED
+        elif s == RUNNING:
+            op._state = RUNNING_SCHEDULED
+            return
+        else:  # already scheduled, or finished
+            return
+    _push(op, worker, immediate)
+
+
+def _push(op, worker, immediate: bool) -> None:
+    req = op._req
+    if immediate and worker is not None:
+        req.policy.push_immediate(worker, op)
+    else:
+        req.policy.push_deferred(req, op, worker)
+
+
+def _deliver(worker, src, i: int, item) -> bool:
+    """Put `item` (a packet or EOS) into the buffer at the far end of output `i` of
+    `src`. False if the buffer is full (then `src` is registered as a waiter)."""
+    dst, j = src._dst[i]
+    with dst._lock:
+        s = dst._state
+        if s == FINISHED:
+            return True  # the receiver finished early (e.g. a limit): drop
+        if item is EOS:
+            dst._closed[j] = True
+        else:
+            q = dst._inq[j]
+            if len(q) >= dst._cap:
+                if src not in dst._waiters:
+                    dst._waiters.append(src)
+                return False
+            q.append(item)
+        if s == NOTHING:
+            dst._state = SCHEDULED
+        else:
+            if s == RUNNING:
+                dst._state = RUNNING_SCHEDULED
+            return True
+    _push(dst, worker, True)
+    return True
+
+
+def send(worker, op, i: int, item) -> bool:
+    """Send on output `i` of `op`, keeping per-edge order: behind anything already
+    waiting in the outbox. True if delivered now."""
+    ob = op._outbox
+    if not ob and _deliver(worker, op, i, item):
+        return True
+    ob.append((i, item))
+    return False
+
+
+def flush(worker, op) -> bool:
+    """Resend what waits in the outbox, in order. True when it is empty."""
+    ob = op._outbox
+    while ob:
+        i, item = ob[0]
+        if not _deliver(worker, op, i, item):
+            return False
+        ob.popleft()
+    return True
+
+
+def take_input(worker, op, j: int):
+    """Pop the oldest packet of input `j` of `op` (the running operator), waking the
+    senders that were waiting for room."""
+    with op._lock:
+        q = op._inq[j]
+        if not q:
+            return None
+        pkt = q.popleft()
+        waiters = op._waiters
+        if waiters:
+            op._waiters = []
+    if waiters:
+        for w in waiters:
+            schedule(w, worker, False)
+    sampler = worker.locality_sampler
+    if sampler is not None:
+        sampler(worker, pkt)
+    return pkt
+
+
+def run_task(worker, op) -> None:
+    """Run `op` once on `worker` (the thread calling this)."""
+    req = op._req
+    if req.state is not req.ACTIVE:
+        # The request failed or was cancelled: drop the task, free what it holds.
+        with op._lock:
+            op._state = FINISHED
+            op._inq = [q.__class__() for q in op._inq]
+            op._waiters = []
+        op._outbox.clear()
+        return
+    worker.last_req = req
+    op._state = RUNNING  # see the protocol: the one unlocked transition
+    ctx = worker.ctx
+    ctx.op = op
+    try:
+        if not op._outbox or flush(worker, op):
+            if not op._finishing:
+                op.process(ctx)
+            if op._outbox:
+                flush(worker, op)
+    except BaseException as e:  # noqa: BLE001 - the request fails, the worker carries on
+        ctx.op = None
+        with op._lock:
+            op._state = FINISHED
+        # The traceback starts in the operator's code: this frame (still running, so
+        # its locals cannot be cleared) would keep the request's operators alive.
+        if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+            e.__traceback__ = e.__traceback__.tb_next
+        req.fail(e, op)
+        # The operator's frames still point back here (f_back): drop our references to
+        # the request so that the kept traceback does not pin its memory.
+        del op, req, ctx, e
+        return
+    ctx.op = None
+
+    blocked = bool(op._outbox)
+    if op._finishing and not blocked:
+        with op._lock:
+            op._state = FINISHED
+            op._inq = [q.__class__() for q in op._inq]  # drop what still arrives
+            waiters = op._waiters
+            op._waiters = []
+        for w in waiters:
+            schedule(w, worker, False)
+        req.op_finished(op)
+        return
+
+    resched = op._resched
+    op._resched = False
+    with op._lock:
+        if op._state == RUNNING_SCHEDULED:
+            op._state = SCHEDULED
+            immediate = not resched
+        elif blocked:
+            # Wait for the receiver to take a packet: it schedules us (no busy retry).
+            op._state = NOTHING
+            return
+        elif resched:
+            op._state = SCHEDULED
+            immediate = False
+        elif any(op._inq):
+            op._state = SCHEDULED
+            immediate = True
+        else:
+            op._state = NOTHING
+            return
+    _push(op, worker, immediate)
+

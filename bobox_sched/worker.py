@@ -1,0 +1,88 @@
+"""Worker threads: each runs ``policy.next_task`` then ``run_task``, forever.
+
+Fields are owned by the worker's own thread except where noted: the immediate list
+``imm`` is appended to and popped at its newest end only by its owner, and popped at the
+oldest end by thieves of the same node (``collections.deque`` makes each of those one
+atomic operation); ``park`` is the worker's binary semaphore, released by exactly one
+waker per sleep (the one that took the worker out of its node's idle list).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import deque
+
+from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, prefer_node
+
+from .operator import Context
+from .task import run_task
+
+
+class Worker:
+    def __init__(self, scheduler, wid: int, node=None, cpus=None):
+        self.id = wid
+        self.scheduler = scheduler
+        self.node = node  # the policy's per-node state (None: not bound to a node)
+        self.node_id = node.os_index if node is not None else None
+        self.cpus = tuple(cpus) if cpus else None  # CPU set to pin to, or None
+        self.imm = deque()  # immediate tasks (operators), newest on the right
+        self.last_req = None  # the request this worker ran last (locality step 2)
+        self.park = threading.Lock()  # binary semaphore: held = no wake-up pending
+        self.park.acquire()
+        self.ctx = Context(self, scheduler)
+        self.locality_sampler = scheduler._locality_sampler
+        self.pinned_mask: set | None = None
+        # metrics, written by this thread only
+        self.steps = [0] * 6  # index 1..5 = locality step that found the task / slept
+        self.last_step = 0  # step that found the task being run (set by the policy)
+        self.req_steps: dict = {}  # request -> [0]*5, tasks per step for that request
+        self.tasks = 0
+        self.steals = 0
+        self.sleeps = 0
+        self.wakeups = 0
+        self.busy_ns = 0
+        self.loc_seen = 0  # packets taken (locality sampling counts them)
+        self.loc_samples = 0
+        self.loc_pages = 0
+        self.loc_local = 0
+        self.thread = threading.Thread(
+            target=self._main,
+            name=f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _main(self) -> None:
+        if self.cpus:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", PinningWarning)
+                self.pinned_mask = pin_to_cpus(self.cpus)
+            if caught:
+                self.scheduler._warn(str(caught[0].message))
+            if self.node_id is not None and numa_available():
+                prefer_node(self.node_id)
+        else:
+            self.pinned_mask = current_mask()
+        next_task = self.scheduler.policy.next_task
+        clock = time.perf_counter_ns
+        req_steps = self.req_steps
+        while True:
+            op = next_task(self)
+            if op is None:
+                return
+            self.tasks += 1
+            req = op._req
+            rs = req_steps.get(req)
+            if rs is None:
+                rs = req_steps[req] = [0, 0, 0, 0, 0]
+            rs[self.last_step] += 1
+            t0 = clock()
+            run_task(self, op)
+            self.busy_ns += clock() - t0
+            # Drop our references before possibly sleeping in next_task: a sleeping
+            # worker must not pin the last request's operators and packets.
+            op = req = rs = None
