@@ -97,7 +97,7 @@ def test_locality_order_steps_1_to_4():
         ("old-d1", 2),  # ... which is now the request it ran last
         ("other-1", 4), ("other-2", 4),  # 4: steal the oldest immediate task of another thread
     ]
-    assert w0.steps[1:5] == [2, 2, 2, 2] and w0.steals == 2
+    assert w0.steps[1:5] == [2, 3, 1, 2] and w0.steals == 2
 
 
 def test_step3_takes_oldest_request_with_tasks_and_remembers_it():
