@@ -26,9 +26,19 @@ def _cmd_topology(sub):
     p.set_defaults(func=tcli.run)
 
 
+def _cmd_bench(sub):
+    p = sub.add_parser("bench", help="benchmarks: overhead, speedup, locality, idle",
+                       description="Benchmarks of the scheduler. Ratios are measured side by side in one run.")
+
+    from experiments import bench_cli
+
+    bench_cli.add_arguments(p)
+    p.set_defaults(func=bench_cli.run)
+
+
 # Subcommands, in the order of `bobox --help`. Each entry adds a parser whose defaults
 # carry `func(args) -> int`.
-SUBCOMMANDS = [_cmd_topology]
+SUBCOMMANDS = [_cmd_topology, _cmd_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

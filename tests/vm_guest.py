@@ -94,6 +94,85 @@ def numa_factor():
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _kernel_cpus(native_id):
+    from topology.probe import parse_cpulist
+
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return parse_cpulist(line.split(":", 1)[1])
+    return None
+
+
+@check
+def sched_pinning():
+    """Each worker's CPU mask as the kernel reports it (/proc/self/task/TID/status)."""
+    from experiments.bench import heavy_plan
+
+    from bobox_sched import Scheduler
+
+    with Scheduler() as s:
+        s.submit(heavy_plan(2, 1)).result(300)
+        return [
+            {"worker": w.id, "node": w.node_id, "node_cpus": list(w.node.cpus),
+             "kernel_cpus": _kernel_cpus(w.thread.native_id)}
+            for w in s.workers
+        ]
+
+
+@check
+def sched_locality():
+    from experiments.bench import bench_locality
+
+    return bench_locality(requests=8, packets=12, rounds=1, every=1)
+
+
+@check
+def sched_balance():
+    """Requests forced onto node 0 while the other nodes idle: what the balancer did."""
+    import numpy as np
+
+    from bobox_sched import Plan, Scheduler, Source, StreamOperator
+
+    class Src(Source):
+        def __init__(self):
+            self.i = 0
+
+        def next_packet(self, ctx):
+            if self.i >= 60:
+                return None
+            self.i += 1
+            p = ctx.new_packet({"x": np.int64}, 4)
+            p["x"][:] = self.i
+            return p
+
+    class Slow(StreamOperator):
+        outputs = ()
+
+        def __init__(self):
+            self.total = 0
+
+        def on_packet(self, ctx, port, pkt):
+            import time
+
+            time.sleep(0.002)
+            self.total += int(pkt["x"].sum())
+
+        def on_end(self, ctx):
+            ctx.set_result(self.total)
+
+    plan = Plan("slow")
+    plan.add("src", Src)
+    plan.add("sink", Slow)
+    plan.connect("src", "sink")
+    with Scheduler(balance_interval=0.05) as s:
+        hs = [s.submit(plan, node=0) for _ in range(6)]
+        results = [h.result(600) for h in hs]
+        st = s.stats()
+        return {"results": results, "migrations": st["migrations"], "shares": st["shares"],
+                "request_nodes": [h.stats["nodes"] for h in hs]}
+
+
 def main(names):
     for name in names:
         try:

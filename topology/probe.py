@@ -149,6 +149,28 @@ class Topology:
         nodes = self.cpu_nodes or self.nodes
         return min(self.node_packet_bytes(n.os_index) for n in nodes)
 
+    def restrict(self, nodes=None, cpus=None) -> "Topology":
+        """The same machine seen through fewer NUMA nodes and/or CPUs (OS indexes):
+        e.g. one node for a locality experiment, one CPU for a 1-worker baseline."""
+        keep_nodes = [n for n in self.nodes if nodes is None or n.os_index in set(nodes)]
+        if not keep_nodes:
+            raise TopologyError(f"no NUMA node left after restricting to {nodes}")
+        cpu_ok = {c.os_index for c in self.cpus if cpus is None or c.os_index in set(cpus)}
+        idx = [self.nodes.index(n) for n in keep_nodes]
+        new_nodes = tuple(
+            replace(n, cpus=tuple(c for c in n.cpus if c in cpu_ok), distances=tuple(n.distances[i] for i in idx))
+            for n in keep_nodes
+        )
+        kept = {c for n in new_nodes for c in n.cpus}
+        if not kept:
+            raise TopologyError(f"no CPU left after restricting to nodes {nodes}, CPUs {cpus}")
+        return replace(
+            self,
+            nodes=new_nodes,
+            cpus=tuple(c for c in self.cpus if c.os_index in kept),
+            caches=tuple(k for k in self.caches if set(k.cpus) & kept),
+        )
+
     def with_packet_bytes(self, packet_bytes: int | None) -> "Topology":
         if packet_bytes is not None and packet_bytes <= 0:
             raise TopologyError(f"packet size must be positive, got {packet_bytes}")

@@ -1,0 +1,328 @@
+"""Benchmarks of the scheduler itself: ``bobox bench overhead|speedup|locality|idle``.
+
+Each prints human-readable lines and, with ``--json``, a JSON object as its last line.
+Comparisons are measured side by side in one run (our machines are shared and noisy):
+never compare figures from different runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+import topology
+from bobox_sched import Operator, Packet, Plan, Scheduler, Source, StreamOperator
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# overhead: scheduling cost per task, against concurrent.futures.ThreadPoolExecutor
+
+
+class _TinySource(Source):
+    """Emits the same one-row packet `n` times: tasks that do (almost) nothing."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.i = 0
+        self.pkt = Packet({"x": np.zeros(1, np.int64)})
+
+    def next_packet(self, ctx):
+        if self.i >= self.n:
+            return None
+        self.i += 1
+        return self.pkt
+
+
+class _Pass(Operator):
+    inputs = ("in",)
+    outputs = ("out",)
+
+    def process(self, ctx):
+        p = ctx.recv("in")
+        if p is not None:
+            ctx.send("out", p)
+        if ctx.at_eos("in"):
+            ctx.close()
+            ctx.finish()
+
+
+class _Count(Operator):
+    inputs = ("in",)
+    outputs = ()
+
+    def __init__(self):
+        self.n = 0
+
+    def process(self, ctx):
+        if ctx.recv("in") is not None:
+            self.n += 1
+        if ctx.at_eos("in"):
+            ctx.set_result(self.n)
+            ctx.finish()
+
+
+def chain_plan(packets: int, length: int) -> Plan:
+    plan = Plan("tiny-chain")
+    plan.add("src", _TinySource, packets)
+    names = ["src"]
+    for i in range(length):
+        plan.add(f"p{i}", _Pass)
+        names.append(f"p{i}")
+    plan.add("sink", _Count)
+    names.append("sink")
+    plan.chain(*names)
+    return plan
+
+
+def _bobox_chain(sched: Scheduler, plan: Plan, requests: int, packets: int) -> tuple[float, int]:
+    t_before = sched.stats()["tasks"]
+    t0 = time.perf_counter()
+    hs = [sched.submit(plan) for _ in range(requests)]
+    for h in hs:
+        if h.result() != packets:
+            raise RuntimeError("tiny-chain lost packets")
+    t = time.perf_counter() - t0
+    return t, sched.stats()["tasks"] - t_before
+
+
+def _threadpool_chain(ex: ThreadPoolExecutor, requests: int, packets: int, length: int) -> tuple[float, int]:
+    """The same dataflow on a ThreadPoolExecutor: every operator run on a packet is one
+    submitted task (with its Future), sources resubmit themselves once per packet."""
+    done = threading.Event()
+    left = [requests]
+    lock = threading.Lock()
+    pkt = Packet({"x": np.zeros(1, np.int64)})
+
+    def stage(state, k, p):
+        if k > length:  # the sink
+            state[0] += 1
+            if state[0] == packets:
+                with lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        done.set()
+            return
+        ex.submit(stage, state, k + 1, p)
+
+    def source(state, i):
+        if i < packets:
+            ex.submit(stage, state, 1, pkt)
+            ex.submit(source, state, i + 1)
+
+    t0 = time.perf_counter()
+    for _ in range(requests):
+        ex.submit(source, [0], 0)
+    done.wait()
+    t = time.perf_counter() - t0
+    tasks = requests * packets * (length + 2)
+    return t, tasks
+
+
+def bench_overhead(packets: int = 2000, length: int = 8, requests: int = 8, repeat: int = 5,
+                   policy: str = "bobox", threads_per_node: int | None = None) -> dict:
+    """Microseconds per task of the scheduler and of ThreadPoolExecutor on the same tiny
+    tasks, same worker count, interleaved runs; the median of `repeat` runs each."""
+    plan = chain_plan(packets, length)
+    b_runs, t_runs = [], []
+    with Scheduler(policy=policy, threads_per_node=threads_per_node) as sched:
+        workers = len(sched.workers)
+        with ThreadPoolExecutor(workers) as ex:
+            _bobox_chain(sched, plan, 2, packets)  # warm-up (imports, pools)
+            _threadpool_chain(ex, 2, packets // 4, length)
+            for i in range(repeat):
+                t, n = _bobox_chain(sched, plan, requests, packets)
+                b_runs.append(t / n * 1e6)
+                t, n = _threadpool_chain(ex, requests, packets, length)
+                t_runs.append(t / n * 1e6)
+                _log(f"[overhead] run {i + 1}/{repeat}: {policy} {b_runs[-1]:.2f} us/task, "
+                     f"ThreadPoolExecutor {t_runs[-1]:.2f} us/task")
+    b, t = statistics.median(b_runs), statistics.median(t_runs)
+    return {
+        "policy": policy,
+        "workers": workers,
+        "tasks_per_run": n,
+        "bobox_us_per_task": round(b, 3),
+        "threadpool_us_per_task": round(t, 3),
+        "ratio": round(t / b, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# speedup: a CPU-bound plan of numba kernels on 1 worker and on all workers
+
+
+@njit(nogil=True, cache=True)
+def _heavy_kernel(x, out, rounds):
+    """A few FLOPs per element per round, no memory traffic to speak of: CPU-bound."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        acc = 0.0
+        for _ in range(rounds):
+            v = v * 1.000001 + 0.5
+            acc += v * 0.25
+            v -= acc * 1e-9
+        out[i] = acc
+
+
+class _FloatSource(Source):
+    def __init__(self, packets: int):
+        self.packets = packets
+        self.i = 0
+
+    def next_packet(self, ctx):
+        if self.i >= self.packets:
+            return None
+        n = ctx.rows_for({"x": np.float64})
+        p = ctx.new_packet({"x": np.float64}, n)
+        p["x"][:] = self.i
+        self.i += 1
+        return p
+
+
+class _Heavy(StreamOperator):
+    def __init__(self, rounds: int):
+        self.rounds = rounds
+
+    def on_packet(self, ctx, port, pkt):
+        out = ctx.new_packet({"x": np.float64}, pkt.nrows)
+        _heavy_kernel(pkt["x"], out["x"], self.rounds)
+        ctx.send("out", out)
+
+
+class _FloatSum(StreamOperator):
+    outputs = ()
+
+    def __init__(self):
+        self.total = 0.0
+
+    def on_packet(self, ctx, port, pkt):
+        self.total += float(pkt["x"].sum())
+
+    def on_end(self, ctx):
+        ctx.set_result(self.total)
+
+
+def heavy_plan(packets: int, rounds: int, stages: int = 2) -> Plan:
+    plan = Plan("cpu-bound")
+    plan.add("src", _FloatSource, packets)
+    names = ["src"]
+    for i in range(stages):
+        plan.add(f"k{i}", _Heavy, rounds)
+        names.append(f"k{i}")
+    plan.add("sink", _FloatSum)
+    names.append("sink")
+    plan.chain(*names)
+    return plan
+
+
+def _run_plan_copies(sched: Scheduler, plan: Plan, copies: int) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    hs = [sched.submit(plan) for _ in range(copies)]
+    res = [h.result() for h in hs]
+    return time.perf_counter() - t0, res
+
+
+def bench_speedup(packets: int = 24, rounds: int = 40, requests: int | None = None, repeat: int = 3,
+                  policy: str = "bobox", packet_bytes: int | None = None) -> dict:
+    """Same total work on 1 worker and on all workers; speedup = T(1) / T(all)."""
+    topo = topology.probe()
+    one = topo.restrict(nodes=[topo.cpu_nodes[0].os_index], cpus=[topo.cpu_nodes[0].cpus[0]])
+    plan = heavy_plan(packets, rounds)
+    times = {1: [], "all": []}
+    with Scheduler(topology=one, policy=policy, packet_bytes=packet_bytes) as s1, \
+            Scheduler(topology=topo, policy=policy, packet_bytes=packet_bytes) as sall:
+        workers = len(sall.workers)
+        copies = requests or 2 * workers
+        _run_plan_copies(s1, heavy_plan(2, rounds), 1)  # warm-up: JIT, pools
+        _run_plan_copies(sall, heavy_plan(2, rounds), workers)
+        base = None
+        for i in range(repeat):
+            t1, r1 = _run_plan_copies(s1, plan, copies)
+            ta, ra = _run_plan_copies(sall, plan, copies)
+            if base is None:
+                base = r1[0]
+            if any(abs(x - base) > 1e-6 * abs(base) for x in r1 + ra):
+                raise RuntimeError("cpu-bound plan gave different answers")
+            times[1].append(t1)
+            times["all"].append(ta)
+            _log(f"[speedup] run {i + 1}/{repeat}: 1 worker {t1:.3f} s, {workers} workers {ta:.3f} s, "
+                 f"speedup {t1 / ta:.2f}")
+        tasks = sall.stats()["tasks"]
+        busy = sum(d["busy_s"] for d in sall.stats()["busy_per_node"])
+        pkt_bytes = sall.packet_bytes
+    t1, ta = statistics.median(times[1]), statistics.median(times["all"])
+    packets_total = copies * packets * 2  # two kernel stages
+    return {
+        "policy": policy,
+        "workers": workers,
+        "requests": copies,
+        "packet_bytes": pkt_bytes,
+        "t1_s": round(t1, 4),
+        "tall_s": round(ta, 4),
+        "speedup": round(t1 / ta, 3),
+        "efficiency": round(t1 / ta / workers, 3),
+        "kernel_ms_per_packet": round(t1 / packets_total * 1e3, 3),
+        "busy_us_per_task": round(busy / max(tasks, 1) * 1e6, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# locality: where do consumed packets live, according to the kernel?
+
+
+def bench_locality(requests: int = 16, packets: int = 64, rounds: int = 4, every: int = 1,
+                   policy: str = "bobox", balance_interval: float | None = 0.1) -> dict:
+    """Several concurrent requests; every `every`-th consumed packet's pages are looked
+    up with move_pages and compared with the consuming worker's node."""
+    if not topology.numa_available():
+        raise RuntimeError("libnuma/NUMA support is not available: cannot ask the kernel where pages are")
+    plan = heavy_plan(packets, rounds)
+    with Scheduler(policy=policy, locality_sample=every, balance_interval=balance_interval) as s:
+        _run_plan_copies(s, heavy_plan(2, rounds), 1)
+        t, _ = _run_plan_copies(s, plan, requests)
+        st = s.stats()
+    loc = st["locality"]
+    return {
+        "policy": policy,
+        "nodes": len(st["nodes"]),
+        "workers": st["workers"],
+        "requests": requests,
+        "sampled_packets": loc["samples"],
+        "pages": loc["pages"],
+        "local_fraction": round(loc["local_fraction"], 4) if loc["local_fraction"] is not None else None,
+        "migrations": st["migrations"],
+        "shares": st["shares"],
+        "seconds": round(t, 3),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# idle: CPU used by a scheduler with no request
+
+
+def bench_idle(seconds: float = 3.0, policy: str = "bobox") -> dict:
+    import psutil
+
+    proc = psutil.Process()
+    with Scheduler(policy=policy) as s:
+        s.submit(heavy_plan(4, 2)).result()  # run something first, then go idle
+        time.sleep(0.3)  # let workers reach their sleep
+        c0 = proc.cpu_times()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        c1 = proc.cpu_times()
+        wall = time.perf_counter() - t0
+        workers = len(s.workers)
+    cpu = (c1.user - c0.user) + (c1.system - c0.system)
+    return {"policy": policy, "workers": workers, "seconds": round(wall, 3),
+            "idle_cpu_percent_of_one_core": round(100 * cpu / wall, 3)}

@@ -1,0 +1,76 @@
+"""Command line of ``bobox bench``: argument parsing stays light (no numba import) so that
+``bobox --help`` is fast; the benchmarks themselves live in ``bench.py``."""
+
+from __future__ import annotations
+
+import json
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="bench", metavar="BENCH")
+    sub.required = True
+    o = sub.add_parser("overhead", help="scheduling cost per task vs ThreadPoolExecutor")
+    o.add_argument("--packets", type=int, default=2000, help="packets per request (default 2000)")
+    o.add_argument("--length", type=int, default=8, help="pass-through operators per chain (default 8)")
+    o.add_argument("--requests", type=int, default=8, help="concurrent requests (default 8)")
+    o.add_argument("--repeat", type=int, default=5)
+    s = sub.add_parser("speedup", help="CPU-bound numba plan on 1 worker vs all workers")
+    s.add_argument("--packets", type=int, default=24, help="packets per request (default 24)")
+    s.add_argument("--rounds", type=int, default=40, help="kernel rounds per element (default 40)")
+    s.add_argument("--requests", type=int, default=None, help="concurrent requests (default 2 x workers)")
+    s.add_argument("--repeat", type=int, default=3)
+    s.add_argument("--packet-bytes", type=int, default=None)
+    loc = sub.add_parser("locality", help="share of consumed packets' pages on the consumer's node")
+    loc.add_argument("--requests", type=int, default=16)
+    loc.add_argument("--packets", type=int, default=64)
+    loc.add_argument("--every", type=int, default=1, help="sample every N-th consumed packet")
+    idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
+    idle.add_argument("--seconds", type=float, default=3.0)
+    for q in (o, s, loc, idle):
+        q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
+        q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+
+
+def _positive(args, *names):
+    from bobox_sched.errors import BoboxError
+
+    for n in names:
+        v = getattr(args, n, None)
+        if v is not None and v <= 0:
+            raise BoboxError(f"--{n.replace('_', '-')} must be positive, got {v}")
+
+
+def run(args) -> int:
+    from .bench import bench_idle, bench_locality, bench_overhead, bench_speedup
+
+    if args.bench == "overhead":
+        _positive(args, "packets", "length", "requests", "repeat")
+        r = bench_overhead(args.packets, args.length, args.requests, args.repeat, args.policy)
+        print(f"{r['policy']}: {r['bobox_us_per_task']:.2f} us/task; ThreadPoolExecutor: "
+              f"{r['threadpool_us_per_task']:.2f} us/task; ratio {r['ratio']:.2f}x "
+              f"({r['workers']} workers, {r['tasks_per_run']} tasks per run)")
+    elif args.bench == "speedup":
+        _positive(args, "packets", "rounds", "requests", "repeat", "packet_bytes")
+        r = bench_speedup(args.packets, args.rounds, args.requests, args.repeat, args.policy, args.packet_bytes)
+        print(f"{r['policy']}: 1 worker {r['t1_s']} s, {r['workers']} workers {r['tall_s']} s: speedup "
+              f"{r['speedup']:.2f} (efficiency {r['efficiency']:.2f}); kernel {r['kernel_ms_per_packet']} ms "
+              f"per packet, busy {r['busy_us_per_task']} us per task")
+    elif args.bench == "locality":
+        _positive(args, "requests", "packets", "every")
+        r = bench_locality(args.requests, args.packets, every=args.every, policy=args.policy)
+        print(f"{r['policy']}: {r['nodes']} node(s), {r['sampled_packets']} packets sampled, {r['pages']} pages: "
+              f"local fraction {r['local_fraction']}")
+    elif args.bench == "idle":
+        _positive(args, "seconds")
+        r = bench_idle(args.seconds, args.policy)
+        print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "
+              f"{r['idle_cpu_percent_of_one_core']}% of one core over {r['seconds']} s")
+    else:  # pragma: no cover - argparse restricts the choices
+        raise ValueError(args.bench)
+    if args.json:
+        print(json.dumps(r))
+    return 0
