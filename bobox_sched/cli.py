@@ -36,9 +36,29 @@ def _cmd_bench(sub):
     p.set_defaults(func=bench_cli.run)
 
 
+def _cmd_datagen(sub):
+    from experiments import run_cli
+
+    p = sub.add_parser("datagen", help="generate TPC-H data as Parquet (cached)",
+                       description="Generate the 8 TPC-H tables as DIR/<table>.parquet with tpchgen-cli. "
+                       "A second call with the same arguments does nothing.")
+    run_cli.add_datagen_arguments(p)
+    p.set_defaults(func=run_cli.datagen_cmd)
+
+
+def _cmd_run(sub):
+    from experiments import run_cli
+
+    p = sub.add_parser("run", help="run TPC-H query requests concurrently (the main job)",
+                       description="Submit the queries N x M times at once and print query times and "
+                       "scheduler metrics. With no arguments: SF 0.1 data (generated if missing), the query mix.")
+    run_cli.add_run_arguments(p)
+    p.set_defaults(func=run_cli.run)
+
+
 # Subcommands, in the order of `bobox --help`. Each entry adds a parser whose defaults
 # carry `func(args) -> int`.
-SUBCOMMANDS = [_cmd_topology, _cmd_bench]
+SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

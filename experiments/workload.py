@@ -1,0 +1,194 @@
+"""The query workload: many TPC-H requests submitted at once to one scheduler.
+
+Used by ``bobox run`` (the main job), ``bobox bench queries`` and the experiments.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+DEFAULT_SF = 0.1
+DEFAULT_DATA = Path("data") / "tpch-sf0.1"
+
+
+def default_data_dir(sf: float) -> Path:
+    return Path("data") / f"tpch-sf{sf:g}"
+
+
+def ensure_data(data: str | os.PathLike | None, sf: float | None, progress: bool = True) -> Path:
+    """The data folder to use: `data` if given (it must hold the 8 tables unless `sf` is
+    given too, then it is generated there if missing), else ``data/tpch-sf<sf>``
+    generated on first use."""
+    from operators.data import DataError, datagen, find_tables
+
+    if data is None:
+        sf = DEFAULT_SF if sf is None else sf
+        out = default_data_dir(sf)
+        datagen(sf, out, progress=progress)
+        return out
+    data = Path(data)
+    if sf is not None:
+        datagen(sf, data, progress=progress)
+        return data
+    if not data.exists():
+        raise DataError(f"data folder not found: {data} (generate it with: bobox datagen --sf 0.1 --out {data})")
+    find_tables(data)  # one-line DataError naming what is missing
+    return data
+
+
+@dataclass
+class RunResult:
+    wall_s: float
+    latencies: dict = field(default_factory=dict)  # query -> [seconds]
+    rows: dict = field(default_factory=dict)  # query -> rows of the result
+    results: dict = field(default_factory=dict)  # query -> first result (pyarrow Table)
+    stats: dict = field(default_factory=dict)  # scheduler stats after the run
+    request_stats: list = field(default_factory=list)
+    operators: dict = field(default_factory=dict)  # query -> operators per request
+    mismatches: list = field(default_factory=list)  # queries whose copies disagreed
+
+    @property
+    def n_requests(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+    def summary(self) -> dict:
+        q = {}
+        for name, lat in self.latencies.items():
+            q[name] = {
+                "requests": len(lat),
+                "operators": self.operators.get(name),
+                "rows": self.rows.get(name),
+                "median_s": round(statistics.median(lat), 5),
+                "min_s": round(min(lat), 5),
+                "max_s": round(max(lat), 5),
+            }
+        st = self.stats
+        return {
+            "wall_s": round(self.wall_s, 4),
+            "requests": self.n_requests,
+            "throughput_qps": round(self.n_requests / self.wall_s, 3) if self.wall_s else None,
+            "queries": q,
+            "scheduler": {
+                "policy": st.get("policy"),
+                "workers": st.get("workers"),
+                "packet_bytes": st.get("packet_bytes"),
+                "tasks": st.get("tasks"),
+                "steps": st.get("steps"),
+                "steals": st.get("steals"),
+                "sleeps": st.get("sleeps"),
+                "wakeups": st.get("wakeups"),
+                "migrations": st.get("migrations"),
+                "shares": st.get("shares"),
+                "packets": st.get("packets"),
+                "peak_bytes_held": st.get("peak_bytes_held"),
+            },
+            "mismatches": self.mismatches,
+        }
+
+
+def build_plans(queries: list[str], data: Path, parallel: int) -> dict:
+    from operators import tpch
+
+    return {q: tpch.plan(q, data, parallel) for q in queries}
+
+
+def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal: bool = True) -> RunResult:
+    """Submit `copies` requests of every plan at once; wait for all. Latency = submit to
+    done, per request. Copies of one query must give the same answer (checked)."""
+    sched.reset_peak()
+    before = sched.stats()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=copies * len(plans), desc="requests", unit="req", file=sys.stderr, leave=False)
+    t0 = time.perf_counter()
+    handles = []
+    for i in range(copies):
+        for name, plan in plans.items():
+            h = sched.submit(plan)
+            if bar is not None:
+                h.add_done_callback(lambda _h: bar.update(1))
+            handles.append((name, h))
+    res = RunResult(0.0)
+    for name, h in handles:
+        table = h.result()
+        lat = h.stats["elapsed_s"]
+        res.latencies.setdefault(name, []).append(lat)
+        res.request_stats.append(h.stats)
+        if name not in res.results:
+            res.results[name] = table
+            res.rows[name] = table.num_rows
+        elif check_equal and not _same(res.results[name], table) and name not in res.mismatches:
+            res.mismatches.append(name)
+    res.wall_s = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    after = sched.stats()
+    res.stats = _diff_stats(before, after)
+    res.operators = {name: len(plan) for name, plan in plans.items()}
+    return res
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    from operators.tpch_sql import compare_tables
+
+    try:
+        compare_tables(a, b, rel_tol=1e-9)
+        return True
+    except AssertionError:
+        return False
+
+
+def _diff_stats(before: dict, after: dict) -> dict:
+    out = dict(after)
+    for k in ("tasks", "steals", "sleeps", "wakeups", "migrations", "shares", "packets", "bytes_allocated"):
+        out[k] = after.get(k, 0) - before.get(k, 0)
+    out["steps"] = {k: after["steps"][k] - before["steps"].get(k, 0) for k in after["steps"]}
+    out["peak_bytes_held"] = after["peak_bytes_held"]
+    return out
+
+
+def format_table(res: RunResult) -> str:
+    s = res.summary()
+    lines = [f"{'query':<8}{'reqs':>6}{'ops':>6}{'rows':>7}{'median ms':>12}{'min ms':>10}{'max ms':>10}"]
+    for name, q in s["queries"].items():
+        lines.append(f"{name:<8}{q['requests']:>6}{q['operators']:>6}{q['rows']:>7}{q['median_s'] * 1e3:>12.1f}"
+                     f"{q['min_s'] * 1e3:>10.1f}{q['max_s'] * 1e3:>10.1f}")
+    sc = s["scheduler"]
+    steps = sc["steps"] or {}
+    total = sum(int(v) for k, v in steps.items() if k != "5") or 1
+    lines.append("")
+    lines.append(f"{s['requests']} requests in {s['wall_s']:.3f} s ({s['throughput_qps']:.1f} queries/s); policy "
+                 f"{sc['policy']}, {sc['workers']} workers, packets of {sc['packet_bytes'] // 1024} KiB")
+    lines.append("tasks by locality step: " + ", ".join(
+        f"{k}:{100 * int(steps.get(k, 0)) / total:.1f}%" for k in ("1", "2", "3", "4")) + f"; sleeps {steps.get('5', 0)}")
+    lines.append(f"tasks {sc['tasks']}, steals {sc['steals']}, wake-ups {sc['wakeups']}, migrations "
+                 f"{sc['migrations']}, shares {sc['shares']}, packets {sc['packets']}, peak held "
+                 f"{sc['peak_bytes_held'] / 2**20:.1f} MiB")
+    if s["mismatches"]:
+        lines.append(f"WARNING: copies of {', '.join(s['mismatches'])} gave different answers")
+    return "\n".join(lines)
+
+
+def write_results(results: dict, out_dir) -> list[Path]:
+    """``DIR/<query>.parquet`` for every result, written atomically (temp file + rename)."""
+    import pyarrow.parquet as pq
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, table in results.items():
+        final = out_dir / f"{name}.parquet"
+        tmp = out_dir / f".{name}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+        paths.append(final)
+    return paths

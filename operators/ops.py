@@ -1,0 +1,731 @@
+"""The operator library: each operator is single-threaded (the scheduler guarantees it),
+works packet by packet, and runs its heavy loops in numba ``nogil`` kernels
+(``kernels.py``) or numpy calls that release the GIL.
+
+Every operator knows its output :class:`~operators.expr.Schema` at construction, so the
+plan builder can chain them and the sink can decode strings and dates. Output packets
+are allocated with ``ctx.new_packet`` (node-local memory, the scheduler's packet size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from bobox_sched import Operator, Source, StreamOperator
+
+from . import kernels as K
+from .expr import Compiled, Expr, Field, Schema
+
+# ------------------------------------------------------------------------------------
+# helpers
+
+
+def _chunks(n: int, rows: int):
+    for start in range(0, n, rows):
+        yield start, min(n, start + rows)
+
+
+def send_columns(ctx, port: str, schema: Schema, cols: dict, n: int) -> None:
+    """Copy `n` rows of `cols` into packets of the target size and send them."""
+    dtypes = schema.dtypes()
+    rows = ctx.rows_for(dtypes)
+    for a, b in _chunks(n, rows):
+        pkt = ctx.new_packet(dtypes, b - a)
+        for name in dtypes:
+            np.copyto(pkt.columns[name], cols[name][a:b], casting="unsafe")
+        ctx.send(port, pkt)
+
+
+def send_gather(ctx, port: str, schema: Schema, cols: dict, idx: np.ndarray, sources: dict | None = None) -> None:
+    """Send rows ``cols[name][idx]`` (``sources[name]`` overrides which column and index
+    array feed output column `name`) in packets of the target size."""
+    dtypes = schema.dtypes()
+    rows = ctx.rows_for(dtypes)
+    n = len(idx)
+    for a, b in _chunks(n, rows):
+        pkt = ctx.new_packet(dtypes, b - a)
+        for name, dt in dtypes.items():
+            if sources and name in sources:
+                src, ix = sources[name]
+            else:
+                src, ix = cols[name], idx
+            out = pkt.columns[name]
+            if src.dtype == dt:
+                np.take(src, ix[a:b], out=out)
+            else:
+                out[:] = src[ix[a:b]]
+        ctx.send(port, pkt)
+
+
+def key_matrix(values: list[np.ndarray], n: int) -> np.ndarray:
+    """int64 key matrix [k, n]: integers/dates/codes widened, floats reinterpreted."""
+    m = np.empty((len(values), n), np.int64)
+    for i, v in enumerate(values):
+        v = np.asarray(v)
+        if v.dtype.kind == "f":
+            m[i] = np.asarray(v, np.float64).view(np.int64)
+        else:
+            m[i] = v
+    return m
+
+
+def sort_matrix(values: list[np.ndarray], desc: list[bool], n: int) -> np.ndarray:
+    """float64 matrix [k, n] whose lexicographic ascending order is the requested order."""
+    m = np.empty((len(values), n), np.float64)
+    for i, (v, d) in enumerate(zip(values, desc)):
+        m[i] = v
+        if d:
+            np.negative(m[i], out=m[i])
+    return m
+
+
+def _concat(parts: list[np.ndarray], dtype) -> np.ndarray:
+    if not parts:
+        return np.empty(0, dtype)
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts)
+
+
+class _Columns:
+    """Accumulates columns of many packets (copies, so input packets can be recycled)."""
+
+    def __init__(self, schema: Schema):
+        self.schema = schema
+        self.parts = {f.name: [] for f in schema.fields}
+        self.n = 0
+
+    def add(self, pkt) -> None:
+        for name in self.parts:
+            self.parts[name].append(np.array(pkt.columns[name]))
+        self.n += pkt.nrows
+
+    def add_columns(self, cols: dict, n: int) -> None:
+        for name in self.parts:
+            self.parts[name].append(cols[name])
+        self.n += n
+
+    def take(self) -> dict:
+        out = {f.name: _concat(self.parts[f.name], f.dtype) for f in self.schema.fields}
+        self.parts = {name: [] for name in self.parts}
+        self.n = 0
+        return out
+
+
+# ------------------------------------------------------------------------------------
+# sources
+
+
+class Scan(Source):
+    """Reads rows [start, stop) of a table of a :class:`~operators.data.TableStore`,
+    sliced into packets of the scheduler's packet size, optionally filtered (predicate
+    pushed into the scan: only the selected rows are copied)."""
+
+    def __init__(self, data_dir, table: str, columns: list[str], start: int, stop: int,
+                 where: Expr | None = None):
+        from .data import TableStore
+
+        t = TableStore.open(data_dir).table(table)
+        self.table = table
+        self.cols = {c: t.column(c) for c in columns}
+        fields = []
+        for c, colobj in self.cols.items():
+            fields.append(_field_of(colobj))
+        self.schema = Schema(fields)
+        self.start = start
+        self.stop = stop
+        self.pos = start
+        self.where = Compiled(where, self.schema, "where") if where is not None else None
+
+    def next_packet(self, ctx):
+        rows = ctx.rows_for(self.schema.dtypes())
+        while self.pos < self.stop:
+            a, b = self.pos, min(self.stop, self.pos + rows)
+            self.pos = b
+            view = {name: c.values[a:b] for name, c in self.cols.items()}
+            if self.where is None:
+                pkt = ctx.new_packet(self.schema.dtypes(), b - a)
+                for name in view:
+                    np.copyto(pkt.columns[name], view[name])
+                return pkt
+            idx = np.flatnonzero(self.where(view, b - a))
+            if len(idx) == 0:
+                continue
+            pkt = ctx.new_packet(self.schema.dtypes(), len(idx))
+            for name in view:
+                np.take(view[name], idx, out=pkt.columns[name])
+            return pkt
+        return None
+
+
+def _field_of(column) -> Field:
+    kind = column.kind
+    dt = column.values.dtype
+    return Field(column.name, kind, np.dtype(dt), column.dictionary if kind == "string" else None)
+
+
+# ------------------------------------------------------------------------------------
+# row-wise operators
+
+
+class Filter(StreamOperator):
+    selectivity = None
+
+    def __init__(self, schema: Schema, predicate: Expr):
+        self.schema = schema
+        self.pred = Compiled(predicate, schema, "predicate")
+
+    def on_packet(self, ctx, port, pkt):
+        mask = self.pred(pkt.columns, pkt.nrows)
+        idx = np.flatnonzero(mask)
+        if len(idx) == pkt.nrows:
+            ctx.send("out", pkt)  # nothing filtered: forward as is
+        elif len(idx):
+            send_gather(ctx, "out", self.schema, pkt.columns, idx)
+
+
+class Project(StreamOperator):
+    """Computes named expressions (the output columns, in order)."""
+
+    def __init__(self, schema: Schema, exprs: list[tuple[str, Expr]]):
+        self.in_schema = schema
+        self.exprs = [(name, Compiled(e, schema, name)) for name, e in exprs]
+        self.schema = Schema([c.field(name) for name, c in self.exprs])
+
+    def on_packet(self, ctx, port, pkt):
+        n = pkt.nrows
+        dtypes = self.schema.dtypes()
+        out = ctx.new_packet(dtypes, n)
+        for name, c in self.exprs:
+            np.copyto(out.columns[name], c(pkt.columns, n), casting="unsafe")
+        ctx.send("out", out)
+
+
+class Union(StreamOperator):
+    """Forwards the packets of all its inputs (any interleaving)."""
+
+    def __init__(self, schema: Schema, n_inputs: int):
+        self.schema = schema
+        self.inputs = tuple(f"in{i}" for i in range(n_inputs))
+
+    def on_packet(self, ctx, port, pkt):
+        ctx.send("out", pkt)
+
+
+class Broadcast(StreamOperator):
+    """Sends every packet to all its outputs (task parallelism between branches)."""
+
+    def __init__(self, schema: Schema, n_outputs: int):
+        self.schema = schema
+        self.outputs = tuple(f"out{i}" for i in range(n_outputs))
+
+    def on_packet(self, ctx, port, pkt):
+        for o in self.outputs:
+            ctx.send(o, pkt)
+
+
+class Partition(StreamOperator):
+    """Splits rows between its outputs by the hash of a key (a shuffle)."""
+
+    kind = "stateless"
+
+    def __init__(self, schema: Schema, keys: list[Expr], n_outputs: int):
+        self.schema = schema
+        self.keys = [Compiled(k, schema) for k in keys]
+        self.outputs = tuple(f"out{i}" for i in range(n_outputs))
+
+    def on_packet(self, ctx, port, pkt):
+        n = pkt.nrows
+        km = key_matrix([k(pkt.columns, n) for k in self.keys], n)
+        part = K.partition_ids(km, len(self.outputs))
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange(len(self.outputs) + 1))
+        for i, o in enumerate(self.outputs):
+            a, b = bounds[i], bounds[i + 1]
+            if b > a:
+                send_gather(ctx, o, self.schema, pkt.columns, order[a:b])
+
+
+class Limit(StreamOperator):
+    def __init__(self, schema: Schema, n: int):
+        self.schema = schema
+        self.left = n
+
+    def on_packet(self, ctx, port, pkt):
+        if self.left <= 0:
+            return
+        if pkt.nrows <= self.left:
+            ctx.send("out", pkt)
+            self.left -= pkt.nrows
+        else:
+            send_columns(ctx, "out", self.schema, pkt.columns, self.left)
+            self.left = 0
+        if self.left == 0:
+            ctx.close()
+            ctx.finish()
+
+
+# ------------------------------------------------------------------------------------
+# hash join
+
+
+class HashJoin(Operator):
+    """Hash join: consumes its ``build`` input to the end, builds a hash table on the
+    build keys, then probes it with each ``probe`` packet. Probe packets arriving before
+    the build side ended are stashed (consumed, so upstream never blocks on us).
+
+    ``kind``: ``inner`` (probe columns then build columns), ``semi`` / ``anti`` (probe
+    rows with / without a match; probe columns only)."""
+
+    kind = "stateful"
+    inputs = ("build", "probe")
+    outputs = ("out",)
+
+    def __init__(self, build_schema: Schema, probe_schema: Schema, build_keys: list[Expr],
+                 probe_keys: list[Expr], join_kind: str = "inner",
+                 build_out: list[tuple[str, str]] | None = None,
+                 probe_out: list[tuple[str, str]] | None = None):
+        if join_kind not in ("inner", "semi", "anti"):
+            raise ValueError(f"unknown join kind {join_kind!r}")
+        if len(build_keys) != len(probe_keys) or not build_keys:
+            raise ValueError("join needs the same number (>= 1) of build and probe keys")
+        self.join_kind = join_kind
+        self.bkeys = [Compiled(k, build_schema) for k in build_keys]
+        self.pkeys = [Compiled(k, probe_schema) for k in probe_keys]
+        for b, p in zip(self.bkeys, self.pkeys):
+            if (b.kind == "string") != (p.kind == "string") or (
+                b.kind == "string" and not b.dictionary.equals(p.dictionary)
+            ):
+                raise ValueError(f"join keys {b.expr} / {p.expr}: string keys need the same dictionary")
+        probe_out = probe_out if probe_out is not None else [(n, n) for n in probe_schema.names]
+        build_out = build_out if build_out is not None else [(n, n) for n in build_schema.names]
+        if join_kind != "inner":
+            build_out = []
+        self.probe_out = probe_out
+        self.build_out = build_out
+        self.build_schema = build_schema
+        self.probe_schema = probe_schema
+        self.schema = Schema([probe_schema[s].renamed(o) for o, s in probe_out]
+                             + [build_schema[s].renamed(o) for o, s in build_out])
+        self._bcols = _Columns(build_schema.select(sorted({s for _, s in build_out})))
+        self._bkeyparts: list[np.ndarray] = []
+        self._stash: list = []
+        self._built = False
+        self._probe_done = False
+
+    def _add_build(self, pkt) -> None:
+        n = pkt.nrows
+        self._bkeyparts.append(key_matrix([k(pkt.columns, n) for k in self.bkeys], n))
+        if self._bcols.parts:
+            self._bcols.add(pkt)
+
+    def _build(self) -> None:
+        parts = self._bkeyparts
+        self._bk = np.concatenate(parts, axis=1) if parts else np.empty((len(self.bkeys), 0), np.int64)
+        self._bkeyparts = []
+        self._bvals = self._bcols.take()
+        self._heads, self._nxt = K.join_build(self._bk, K.table_capacity(self._bk.shape[1]))
+        self._built = True
+
+    def _probe(self, ctx, pkt) -> None:
+        n = pkt.nrows
+        pk = key_matrix([k(pkt.columns, n) for k in self.pkeys], n)
+        cols = pkt.columns
+        if self.join_kind == "inner":
+            counts = K.join_count(pk, self._bk, self._heads, self._nxt)
+            pidx, bidx = K.join_probe(pk, self._bk, self._heads, self._nxt, counts)
+            if len(pidx) == 0:
+                return
+            sources = {o: (cols[s], pidx) for o, s in self.probe_out}
+            sources.update({o: (self._bvals[s], bidx) for o, s in self.build_out})
+            send_gather(ctx, "out", self.schema, cols, pidx, sources)
+        else:
+            exists = K.join_exists(pk, self._bk, self._heads, self._nxt)
+            if self.join_kind == "anti":
+                exists = ~exists
+            idx = np.flatnonzero(exists)
+            if len(idx) == n and all(o == s for o, s in self.probe_out) and len(self.probe_out) == len(cols):
+                ctx.send("out", pkt)
+            elif len(idx):
+                sources = {o: (cols[s], idx) for o, s in self.probe_out}
+                send_gather(ctx, "out", self.schema, cols, idx, sources)
+
+    def process(self, ctx):
+        if not self._built:
+            while True:
+                p = ctx.recv("build")
+                if p is None:
+                    break
+                self._add_build(p)
+            while True:  # stash the probe side until the table exists
+                p = ctx.recv("probe")
+                if p is None:
+                    break
+                self._stash.append(p)
+            if not ctx.at_eos("build"):
+                return
+            self._build()
+        while self._stash:
+            if ctx.blocked:
+                return
+            self._probe(ctx, self._stash.pop(0))
+        if ctx.blocked:
+            return
+        p = ctx.recv("probe")
+        if p is not None:
+            self._probe(ctx, p)
+        if ctx.at_eos("probe") and not ctx.blocked and not self._stash:
+            ctx.close()
+            ctx.finish()
+
+
+# ------------------------------------------------------------------------------------
+# hash aggregation
+
+AGG_FUNCS = ("sum", "count", "avg", "min", "max")
+
+
+class HashAggregate(StreamOperator):
+    """GROUP BY keys with sum / count / avg / min / max.
+
+    ``mode``: ``complete`` (input rows -> final values), ``partial`` (input rows ->
+    per-group states, for a merge network) or ``final`` (partial states -> final values).
+    Partial states of an aggregate ``x``: ``x$sum`` / ``x$count`` / ``x$min`` / ``x$max``.
+    Without keys the result is one row (count 0 and NaN for the others on empty input)."""
+
+    kind = "partitioned"
+
+    def __init__(self, schema: Schema, keys: list[tuple[str, Expr]], aggs: list[tuple[str, str, Expr | None]],
+                 mode: str = "complete"):
+        if mode not in ("complete", "partial", "final"):
+            raise ValueError(f"unknown aggregation mode {mode!r}")
+        self.mode = mode
+        self.in_schema = schema
+        self.keys = [(name, Compiled(e, schema, name)) for name, e in keys]
+        self.partition_key = [name for name, _ in keys]
+        self.key_fields = [c.field(name) for name, c in self.keys]
+        self.aggs = []
+        state_fields = []  # (state column, func that updates it, value compiled or None, dtype)
+        for name, func, e in aggs:
+            if func not in AGG_FUNCS:
+                raise ValueError(f"unknown aggregate {func!r} (known: {', '.join(AGG_FUNCS)})")
+            self.aggs.append((name, func))
+            if mode == "final":
+                ins = {s: schema[f"{name}${s}"] for s in _states(func)}
+                for s, f in ins.items():
+                    upd = {"sum": "sum", "count": "sum", "min": "min", "max": "max"}[s]
+                    state_fields.append((f"{name}${s}", upd, Compiled(_col(f"{name}${s}"), schema), f.dtype))
+            else:
+                c = Compiled(e, schema, name) if e is not None else None
+                for s in _states(func):
+                    if s == "count":
+                        state_fields.append((f"{name}$count", "count", None, np.dtype(np.int64)))
+                    else:
+                        dt = np.dtype(np.float64) if c.kind == "float" else np.dtype(np.int64)
+                        if s in ("min", "max") and c.kind in ("date", "string"):
+                            dt = np.dtype(np.int64)
+                        state_fields.append((f"{name}${s}", s, c, dt))
+        if not self.keys:
+            # A global aggregate always yields one row; on empty input count is 0 and
+            # the others are NaN (SQL's NULL). This hidden count tells them apart.
+            if mode == "final":
+                state_fields.append(("$rows$count", "sum", Compiled(_col("$rows$count"), schema), np.dtype(np.int64)))
+            else:
+                state_fields.append(("$rows$count", "count", None, np.dtype(np.int64)))
+        self.states = state_fields
+        out = list(self.key_fields)
+        if mode == "partial":
+            for sname, upd, c, dt in state_fields:
+                if upd in ("min", "max") and c is not None and c.kind in ("date", "string"):
+                    out.append(Field(sname, c.kind, dt, c.dictionary))  # decodable later
+                else:
+                    out.append(Field(sname, "int" if dt.kind == "i" else "float", dt))
+        else:
+            for name, func in self.aggs:
+                out.append(self._final_field(name, func, schema, aggs))
+        self.schema = Schema(out)
+        self._init_tables()
+
+    def _final_field(self, name, func, schema, aggs):
+        if func == "count":
+            return Field(name, "int", np.dtype(np.int64))
+        if func == "avg":
+            return Field(name, "float", np.dtype(np.float64))
+        if self.mode == "final":
+            return schema[f"{name}${_states(func)[0]}"].renamed(name)
+        e = [a for a in aggs if a[0] == name][0][2]
+        c = Compiled(e, self.in_schema)
+        if func in ("min", "max"):
+            return Field(name, c.kind, c.dtype, c.dictionary)
+        return Field(name, "float" if c.kind == "float" else "int", np.dtype(np.float64) if c.kind == "float" else np.dtype(np.int64))
+
+    def _init_tables(self):
+        self.nkeys = len(self.keys)
+        self.cap = 16
+        self.slots = np.full(self.cap, -1, np.int64)
+        self.gkeys = np.empty((self.nkeys, self.cap // 2), np.int64)
+        self.ngroups = 0
+        self.acc = {}
+        for sname, upd, _, dt in self.states:
+            self.acc[sname] = self._fresh(upd, dt, self.cap // 2)
+
+    @staticmethod
+    def _fresh(upd, dt, n):
+        if upd == "min":
+            return np.full(n, np.inf if dt.kind == "f" else np.iinfo(np.int64).max, dt)
+        if upd == "max":
+            return np.full(n, -np.inf if dt.kind == "f" else np.iinfo(np.int64).min, dt)
+        return np.zeros(n, dt)
+
+    def _grow(self, need: int):
+        cap = K.table_capacity(need)
+        if cap <= self.cap:
+            return
+        g = self.ngroups
+        new_keys = np.empty((self.nkeys, cap // 2), np.int64)
+        new_keys[:, :g] = self.gkeys[:, :g]
+        self.gkeys = new_keys
+        self.slots = K.groupby_rehash(self.gkeys, g, cap)
+        for sname, upd, _, dt in self.states:
+            a = self._fresh(upd, dt, cap // 2)
+            a[:g] = self.acc[sname][:g]
+            self.acc[sname] = a
+        self.cap = cap
+
+    def on_packet(self, ctx, port, pkt):
+        n = pkt.nrows
+        cols = pkt.columns
+        if self.nkeys:
+            km = key_matrix([c(cols, n) for _, c in self.keys], n)
+            self._grow(self.ngroups + n)
+            gids, self.ngroups = K.groupby_insert(km, self.slots, self.gkeys, self.ngroups)
+        else:
+            gids = np.zeros(n, np.int64)
+            self.ngroups = max(self.ngroups, 1)
+        for sname, upd, c, dt in self.states:
+            acc = self.acc[sname]
+            if upd == "count":
+                K.agg_count(gids, acc)
+                continue
+            vals = c(cols, n)
+            if vals.dtype != dt:
+                vals = vals.astype(dt)
+            if upd == "sum":
+                K.agg_sum(gids, vals, acc)
+            elif upd == "min":
+                K.agg_min(gids, vals, acc)
+            else:
+                K.agg_max(gids, vals, acc)
+
+    def on_end(self, ctx):
+        g = self.ngroups
+        if self.nkeys == 0 and g == 0:
+            g = self.ngroups = 1  # a global aggregate always has one row
+        cols = {}
+        for i, f in enumerate(self.key_fields):
+            k = self.gkeys[i, :g]
+            cols[f.name] = k.view(np.float64) if f.dtype.kind == "f" else k
+        if self.mode == "partial":
+            for sname, _, _, _ in self.states:
+                cols[sname] = self.acc[sname][:g]
+        else:
+            for name, func in self.aggs:
+                cols[name] = self._finalize(name, func, g)
+        send_columns(ctx, "out", self.schema, cols, g)
+
+    def _finalize(self, name, func, g):
+        a = self.acc
+        if func == "count":
+            return a[f"{name}$count"][:g]
+        if func == "avg":
+            s = a[f"{name}$sum"][:g].astype(np.float64)
+            c = a[f"{name}$count"][:g]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(c > 0, s / np.maximum(c, 1), np.nan)
+        v = a[f"{name}${func}"][:g]
+        if self.nkeys == 0 and a["$rows$count"][0] == 0:
+            return np.full(g, np.nan)
+        return v
+
+
+def _states(func: str) -> list[str]:
+    return {"sum": ["sum"], "count": ["count"], "avg": ["sum", "count"], "min": ["min"], "max": ["max"]}[func]
+
+
+def _col(name):
+    from .expr import Col
+
+    return Col(name)
+
+
+# ------------------------------------------------------------------------------------
+# sorting: sorted runs, a network of 2-way merges, top-k
+
+
+class Sort(StreamOperator):
+    """Sorts all its input (a sorted run) and emits it in order; with `limit`, keeps only
+    the first `limit` rows (top-k), pruning as it goes so memory stays O(limit)."""
+
+    kind = "stateful"
+
+    def __init__(self, schema: Schema, keys: list[tuple[Expr, bool]], limit: int | None = None):
+        self.schema = schema
+        self.keys = [(Compiled(e, schema), bool(desc)) for e, desc in keys]
+        self.limit = limit
+        self._acc = _Columns(schema)
+
+    def _sorted(self, cols, n):
+        m = sort_matrix([c(cols, n) for c, _ in self.keys], [d for _, d in self.keys], n)
+        return np.lexsort(m[::-1]) if n else np.empty(0, np.int64)
+
+    def on_packet(self, ctx, port, pkt):
+        self._acc.add(pkt)
+        if self.limit is not None and self._acc.n > max(4 * self.limit, 4096):
+            cols = self._acc.take()
+            n = len(next(iter(cols.values())))
+            perm = self._sorted(cols, n)[: self.limit]
+            self._acc.add_columns({k: v[perm] for k, v in cols.items()}, len(perm))
+
+    def on_end(self, ctx):
+        cols = self._acc.take()
+        n = len(next(iter(cols.values()))) if cols else 0
+        perm = self._sorted(cols, n)
+        if self.limit is not None:
+            perm = perm[: self.limit]
+        send_gather(ctx, "out", self.schema, cols, perm)
+
+
+class Merge(Operator):
+    """Merges two sorted streams ``a`` and ``b`` into one sorted stream, packet by
+    packet: rows up to the smaller of the two inputs' last keys can be emitted. Both
+    inputs are always consumed (buffered), so a slow input never blocks the other's
+    producer. With `limit`, stops after that many rows (merge network of a top-k)."""
+
+    kind = "stateful"
+    inputs = ("a", "b")
+    outputs = ("out",)
+
+    def __init__(self, schema: Schema, keys: list[tuple[Expr, bool]], limit: int | None = None):
+        self.schema = schema
+        self.keys = [(Compiled(e, schema), bool(desc)) for e, desc in keys]
+        self.limit = limit
+        self.emitted = 0
+        self.buf = {"a": None, "b": None}  # (cols dict, key matrix, n)
+
+    def _append(self, side, pkt):
+        n = pkt.nrows
+        cols = {k: np.array(v) for k, v in pkt.columns.items()}
+        km = sort_matrix([c(cols, n) for c, _ in self.keys], [d for _, d in self.keys], n)
+        cur = self.buf[side]
+        if cur is None or cur[2] == 0:
+            self.buf[side] = (cols, km, n)
+        else:
+            c0, k0, n0 = cur
+            self.buf[side] = ({k: np.concatenate([c0[k], cols[k]]) for k in cols},
+                              np.concatenate([k0, km], axis=1), n0 + n)
+
+    def _emit(self, ctx, na, nb):
+        a, b = self.buf["a"], self.buf["b"]
+        ka = a[1] if a else np.empty((len(self.keys), 0))
+        kb = b[1] if b else np.empty((len(self.keys), 0))
+        from_b, idx = K.merge_two(ka, kb, na, nb)
+        if self.limit is not None:
+            room = self.limit - self.emitted
+            from_b, idx = from_b[:room], idx[:room]
+        n = len(idx)
+        if n:
+            out = {}
+            for name in self.schema.names:
+                col = np.empty(n, self.schema[name].dtype)
+                if a is not None:
+                    col[~from_b] = a[0][name][idx[~from_b]]
+                if b is not None:
+                    col[from_b] = b[0][name][idx[from_b]]
+                out[name] = col
+            send_columns(ctx, "out", self.schema, out, n)
+            self.emitted += n
+        for side, k in (("a", na), ("b", nb)):
+            cur = self.buf[side]
+            if cur is not None and k:
+                c, km, m = cur
+                self.buf[side] = ({x: v[k:] for x, v in c.items()}, km[:, k:], m - k)
+
+    def process(self, ctx):
+        for side in ("a", "b"):
+            while True:
+                p = ctx.recv(side)
+                if p is None:
+                    break
+                if p.nrows:
+                    self._append(side, p)
+        if ctx.blocked:
+            return
+        a, b = self.buf["a"], self.buf["b"]
+        na = a[2] if a else 0
+        nb = b[2] if b else 0
+        ea, eb = ctx.at_eos("a"), ctx.at_eos("b")
+        if ea and eb:
+            self._emit(ctx, na, nb)
+        else:
+            # Rows up to the smallest last key of the inputs still open can go out: no
+            # later row of an open input can sort before it. An open input with nothing
+            # buffered bounds everything: wait.
+            bound = None
+            for open_, buf, n in ((not ea, a, na), (not eb, b, nb)):
+                if open_:
+                    if n == 0:
+                        bound = False
+                        break
+                    last = buf[1][:, n - 1 : n]
+                    if bound is None or K.count_le(last, 1, bound, 0) == 1:
+                        bound = last
+            if bound is not False:
+                ka = K.count_le(a[1], na, bound, 0) if na else 0
+                kb = K.count_le(b[1], nb, bound, 0) if nb else 0
+                if ka or kb:
+                    self._emit(ctx, ka, kb)
+        done_limit = self.limit is not None and self.emitted >= self.limit
+        if done_limit or (ea and eb and not ctx.blocked):
+            ctx.close()
+            ctx.finish()
+
+
+# ------------------------------------------------------------------------------------
+# sink
+
+
+class Collect(StreamOperator):
+    """The sink: gathers every packet and publishes a ``pyarrow.Table`` (strings decoded
+    from their dictionary, dates as date32), columns renamed/ordered by `output`."""
+
+    outputs = ()
+
+    def __init__(self, schema: Schema, output: list[tuple[str, str]] | None = None):
+        self.schema = schema
+        self.output = output or [(n, n) for n in schema.names]
+        self._acc = _Columns(schema)
+
+    def on_packet(self, ctx, port, pkt):
+        self._acc.add(pkt)
+
+    def on_end(self, ctx):
+        ctx.set_result(to_arrow(self.schema, self._acc.take(), self.output))
+
+
+def to_arrow(schema: Schema, cols: dict, output: list[tuple[str, str]]) -> pa.Table:
+    arrays, names = [], []
+    for out_name, name in output:
+        f = schema[name]
+        v = cols[name]
+        if f.kind == "string":
+            arr = f.dictionary.take(pa.array(v.astype(np.int32)))
+        elif f.kind == "date":
+            arr = pa.array(v.astype(np.int32), pa.date32())
+        elif f.kind == "bool":
+            arr = pa.array(v.astype(np.bool_))
+        else:
+            arr = pa.array(v)
+        arrays.append(arr)
+        names.append(out_name)
+    return pa.table(arrays, names=names)
