@@ -66,20 +66,20 @@ class Operator:
         import threading
 
         self.name = name
-        self._req = request
-        self._lock = threading.Lock()  # guards _state, _inq, _closed, _waiters
-        self._state = NOTHING
-        self._inidx = {p: i for i, p in enumerate(self.inputs)}
-        self._outidx = {p: i for i, p in enumerate(self.outputs)}
-        self._inq = [deque() for _ in self.inputs]
-        self._closed = [False] * len(self.inputs)
-        self._cap = buffer_packets
-        self._dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
-        self._outclosed = [False] * len(self.outputs)
-        self._outbox = deque()  # (port index, packet or EOS); touched by the running thread only
-        self._waiters = []  # senders whose packet this operator's full buffer rejected
-        self._resched = False  # process() asked for a deferred re-run
-        self._finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+        self._bx_req = request
+        self._bx_lock = threading.Lock()  # guards _state, _inq, _closed, _waiters
+        self._bx_state = NOTHING
+        self._bx_inidx = {p: i for i, p in enumerate(self.inputs)}
+        self._bx_outidx = {p: i for i, p in enumerate(self.outputs)}
+        self._bx_inq = [deque() for _ in self.inputs]
+        self._bx_closed = [False] * len(self.inputs)
+        self._bx_cap = buffer_packets
+        self._bx_dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
+        self._bx_outclosed = [False] * len(self.outputs)
+        self._bx_outbox = deque()  # (port index, packet or EOS); touched by the running thread only
+        self._bx_waiters = []  # senders whose packet this operator's full buffer rejected
+        self._bx_resched = False  # process() asked for a deferred re-run
+        self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
 
 
 class Context:
@@ -95,20 +95,20 @@ class Context:
     # -- inputs -------------------------------------------------------------------------
     def recv(self, port: str):
         """Take the oldest packet of input `port`, or None if its buffer is empty."""
-        return _task.take_input(self.worker, self.op, self.op._inidx[port])
+        return _task.take_input(self.worker, self.op, self.op._bx_inidx[port])
 
     def has_input(self, port: str) -> bool:
-        return bool(self.op._inq[self.op._inidx[port]])
+        return bool(self.op._bx_inq[self.op._bx_inidx[port]])
 
     def at_eos(self, port: str) -> bool:
         """True when `port` got its end-of-stream and every packet before it was taken."""
         op = self.op
-        i = op._inidx[port]
-        return op._closed[i] and not op._inq[i]
+        i = op._bx_inidx[port]
+        return op._bx_closed[i] and not op._bx_inq[i]
 
     def all_eos(self) -> bool:
         op = self.op
-        return all(op._closed) and not any(op._inq)
+        return all(op._bx_closed) and not any(op._bx_inq)
 
     # -- outputs ------------------------------------------------------------------------
     def send(self, port: str, packet) -> bool:
@@ -116,50 +116,51 @@ class Context:
         waits in this operator's outbox (receiver full): stop producing and return, the
         runtime resends it and runs this operator again when there is room."""
         op = self.op
-        return _task.send(self.worker, op, op._outidx[port], packet)
+        return _task.send(self.worker, op, op._bx_outidx[port], packet)
 
     def close(self, port: str | None = None) -> None:
         """End of stream on `port` (all outputs if None)."""
         op = self.op
-        ports = range(len(op.outputs)) if port is None else [op._outidx[port]]
+        ports = range(len(op.outputs)) if port is None else [op._bx_outidx[port]]
         for i in ports:
-            if not op._outclosed[i]:
-                op._outclosed[i] = True
+            if not op._bx_outclosed[i]:
+                op._bx_outclosed[i] = True
                 _task.send(self.worker, op, i, EOS)
 
     @property
     def blocked(self) -> bool:
         """True while packets wait in the outbox: a producer should return now."""
-        return bool(self.op._outbox)
+        return bool(self.op._bx_outbox)
 
     # -- control ------------------------------------------------------------------------
     def reschedule(self) -> None:
         """Run this operator again later (a deferred task): a source emitting one packet
         per run calls it after each packet."""
-        self.op._resched = True
+        self.op._bx_resched = True
 
     def finish(self) -> None:
         """This operator is done (after closing its outputs). Inputs still arriving are
         dropped."""
-        self.op._finishing = True
+        self.op._bx_finishing = True
 
     def set_result(self, value) -> None:
         """Publish the request's result (sinks)."""
-        self.op._req.results[self.op.name] = value
+        self.op._bx_req.results[self.op.name] = value
 
     # -- memory -------------------------------------------------------------------------
-    def new_packet(self, schema: dict, nrows: int):
-        """An uninitialised packet with columns ``{name: dtype}`` and `nrows` rows, whose
-        memory is on this worker's NUMA node (recycled when the packet dies)."""
-        return _packet.new_packet(self.scheduler._pool_for(self.worker), schema, nrows, self.op._req.bytes)
+    def new_packet(self, schema, nrows: int):
+        """An uninitialised packet of `nrows` rows with the columns of `schema` (a
+        ``{name: dtype}`` dict, or a ``PacketSpec`` made once for speed), whose memory is
+        on this worker's NUMA node (recycled when the packet dies)."""
+        return _packet.new_packet(self.scheduler._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes)
 
     @property
     def packet_bytes(self) -> int:
         """Target packet size of this scheduler (half the L2 by default)."""
         return self.scheduler.packet_bytes
 
-    def rows_for(self, schema: dict) -> int:
-        """Rows of `schema` that make one packet of the target size."""
+    def rows_for(self, schema) -> int:
+        """Rows of `schema` (dict or PacketSpec) that make one packet of the target size."""
         return _packet.rows_per_packet(schema, self.scheduler.packet_bytes)
 
     @property
@@ -169,7 +170,7 @@ class Context:
 
     @property
     def request(self):
-        return self.op._req
+        return self.op._bx_req
 
 
 class Source(Operator):

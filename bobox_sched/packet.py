@@ -52,20 +52,31 @@ class _Lease:
 
     __slots__ = ("__array_interface__", "block", "pool", "nbytes", "account")
 
-    def __init__(self, block: np.ndarray, nbytes: int, pool: "NodePool", account):
+    def __init__(self, block: "_Block", nbytes: int, pool: "NodePool", account):
         self.block = block
         self.pool = pool
         self.nbytes = nbytes
         self.account = account
-        self.__array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (block.__array_interface__["data"][0], False),
-            "version": 3,
-        }
+        self.__array_interface__ = block.iface  # shared: numpy only reads it
 
     def __del__(self):
         self.pool._release(self.block, self.nbytes, self.account)
+
+
+class _Block:
+    """A pooled piece of node-local memory and its (reusable) numpy array interface."""
+
+    __slots__ = ("array", "iface", "size")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.size = array.nbytes
+        self.iface = {
+            "shape": (array.nbytes,),
+            "typestr": "|u1",
+            "data": (array.__array_interface__["data"][0], False),
+            "version": 3,
+        }
 
 
 class ByteAccount:
@@ -108,7 +119,7 @@ class NodePool:
         self.max_free_bytes = max_free_bytes
         # Without libnuma (or NUMA support in the kernel) blocks are plain numpy memory.
         self.node_local = node_local and numa_available()
-        self._free: dict[int, list[np.ndarray]] = {}
+        self._free: dict[int, list[_Block]] = {}
         self._free_bytes = 0
         self._lock = threading.Lock()
         self.blocks_mapped = 0  # blocks obtained from the kernel (not reused)
@@ -128,17 +139,17 @@ class NodePool:
                 self.blocks_mapped += 1
         if block is None:
             if self.node_local:
-                block = alloc_on_node(size, self.node)
+                block = _Block(alloc_on_node(size, self.node))
             else:
-                block = np.zeros(size, dtype=np.uint8)
+                block = _Block(np.zeros(size, dtype=np.uint8))
         if account is not None:
             account.add(nbytes)
         return np.asarray(_Lease(block, nbytes, self, account))
 
-    def _release(self, block: np.ndarray, nbytes: int, account: ByteAccount | None) -> None:
+    def _release(self, block: _Block, nbytes: int, account: ByteAccount | None) -> None:
         if account is not None:
             account.sub(nbytes)
-        size = block.nbytes
+        size = block.size
         with self._lock:
             if self._free_bytes + size <= self.max_free_bytes:
                 self._free.setdefault(size, []).append(block)
@@ -195,31 +206,55 @@ class Packet:
         return f"Packet({self.nrows} rows, {self.nbytes} B, node={self.node}, [{cols}])"
 
 
-def layout(schema: dict, nrows: int) -> tuple[list[tuple[str, np.dtype, int]], int]:
-    """Offsets of each column of a packet of `nrows` rows; returns (columns, total bytes)."""
-    cols = []
+class PacketSpec:
+    """The column layout of a kind of packet, computed once: names, dtypes, item sizes.
+    Operators keep one per output schema and pass it to ``ctx.new_packet``."""
+
+    __slots__ = ("names", "dtypes", "itemsizes", "row_bytes", "_rows")
+
+    def __init__(self, schema: dict):
+        self.names = tuple(schema)
+        self.dtypes = tuple(np.dtype(d) for d in schema.values())
+        self.itemsizes = tuple(d.itemsize for d in self.dtypes)
+        self.row_bytes = sum(self.itemsizes) or 1
+        self._rows: dict[int, int] = {}
+
+    def rows_for(self, packet_bytes: int) -> int:
+        """Rows that make a packet of about `packet_bytes`."""
+        r = self._rows.get(packet_bytes)
+        if r is None:
+            r = self._rows[packet_bytes] = max(1, packet_bytes // self.row_bytes)
+        return r
+
+    def as_dict(self) -> dict:
+        return dict(zip(self.names, self.dtypes))
+
+
+def as_spec(schema) -> PacketSpec:
+    return schema if isinstance(schema, PacketSpec) else PacketSpec(schema)
+
+
+def new_packet(pool: NodePool, schema, nrows: int, account: ByteAccount | None) -> Packet:
+    """A packet of `nrows` rows (uninitialised) with the columns of `schema` (a
+    PacketSpec, or a ``{name: dtype}`` dict) from `pool`. Columns start on 64-byte
+    boundaries."""
+    spec = schema if isinstance(schema, PacketSpec) else PacketSpec(schema)
+    offs = []
     off = 0
-    for name, dt in schema.items():
-        dt = np.dtype(dt)
-        cols.append((name, dt, off))
-        off += -(-(dt.itemsize * nrows) // ALIGN) * ALIGN
-    return cols, max(off, 1)
-
-
-def new_packet(pool: NodePool, schema: dict, nrows: int, account: ByteAccount | None) -> Packet:
-    """A packet of `nrows` rows (uninitialised) with columns of `schema` from `pool`."""
-    cols, total = layout(schema, nrows)
-    raw = pool.acquire(total, account)
+    for isz in spec.itemsizes:
+        offs.append(off)
+        off += -(-(isz * nrows) // ALIGN) * ALIGN
+    raw = pool.acquire(off or 1, account)
     columns = {}
-    for name, dt, off in cols:
-        columns[name] = raw[off : off + dt.itemsize * nrows].view(dt)
+    for name, dt, isz, o in zip(spec.names, spec.dtypes, spec.itemsizes, offs):
+        columns[name] = raw[o : o + isz * nrows].view(dt)
     return Packet(columns, nrows, pool.node)
 
 
-def row_bytes(schema: dict) -> int:
-    return sum(np.dtype(dt).itemsize for dt in schema.values()) or 1
+def row_bytes(schema) -> int:
+    return as_spec(schema).row_bytes
 
 
-def rows_per_packet(schema: dict, packet_bytes: int) -> int:
+def rows_per_packet(schema, packet_bytes: int) -> int:
     """How many rows of `schema` make a packet of about `packet_bytes`."""
-    return max(1, packet_bytes // row_bytes(schema))
+    return as_spec(schema).rows_for(packet_bytes)

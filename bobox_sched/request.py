@@ -61,7 +61,7 @@ class Request:
         for name, op in ops.items():
             op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
-            ops[s]._dst[si] = (ops[d], di)
+            ops[s]._bx_dst[si] = (ops[d], di)
         self.migrations = 0
         self.shares = 0
         self.n_operators = len(ops)
@@ -75,7 +75,7 @@ class Request:
     def start(self) -> None:
         """Give every source operator its first (deferred) task."""
         for op in self.sources:
-            op._state = SCHEDULED
+            op._bx_state = SCHEDULED
             self.policy.push_deferred(self, op, None)
         if not self.sources:  # nothing to run: a plan of zero sources completes at once
             self._end(self.DONE)
@@ -109,10 +109,10 @@ class Request:
         self.deferred.clear()
         if ops:
             for op in ops.values():
-                op._outbox.clear()
-                with op._lock:
-                    op._inq = [deque() for _ in op._inq]
-                    op._waiters = []
+                op._bx_outbox.clear()
+                with op._bx_lock:
+                    op._bx_inq = [deque() for _ in op._bx_inq]
+                    op._bx_waiters = []
         results = self.results
         if state == self.DONE:
             if len(results) == 1:

@@ -11,13 +11,13 @@ policy decides which list it goes to:
 
 Protocol (who touches what, when):
 
-* ``op._state``, ``op._inq``, ``op._closed``, ``op._waiters`` are guarded by ``op._lock``,
+* ``op._bx_state``, ``op._bx_inq``, ``op._bx_closed``, ``op._bx_waiters`` are guarded by ``op._bx_lock``,
   except one write: SCHEDULED -> RUNNING at the start of a run is done without the lock
   by the one thread that popped the task. Nobody else moves the state out of SCHEDULED
   (senders only read it, and SCHEDULED needs no action from them), and every packet a
   sender appended before or after that write is seen by the end-of-run check, which does
   take the lock.
-* ``op._outbox``, ``op._resched``, ``op._finishing``, ``op._outclosed`` belong to the
+* ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed`` belong to the
   thread running the operator; only it touches them, and only one thread runs an
   operator at a time (RUNNING / RUNNING_SCHEDULED are exclusive).
 * A sender whose packet is rejected by a full buffer registers in the receiver's
@@ -37,12 +37,12 @@ from .operator import EOS, FINISHED, NOTHING, RUNNING, RUNNING_SCHEDULED, SCHEDU
 
 def schedule(op, worker, immediate: bool) -> None:
     """Ask for `op` to run. Creates a task only if the operator had nothing to do."""
-    with op._lock:
-        s = op._state
+    with op._bx_lock:
+        s = op._bx_state
         if s == NOTHING:
-            op._state = SCHEDULED
+            op._bx_state = SCHEDULED
         elif s == RUNNING:
-            op._state = RUNNING_SCHEDULED
+            op._bx_state = RUNNING_SCHEDULED
             return
         else:  # already scheduled, or finished
             return
@@ -50,7 +50,7 @@ def schedule(op, worker, immediate: bool) -> None:
 
 
 def _push(op, worker, immediate: bool) -> None:
-    req = op._req
+    req = op._bx_req
     if immediate and worker is not None:
         req.policy.push_immediate(worker, op)
     else:
@@ -60,25 +60,25 @@ def _push(op, worker, immediate: bool) -> None:
 def _deliver(worker, src, i: int, item) -> bool:
     """Put `item` (a packet or EOS) into the buffer at the far end of output `i` of
     `src`. False if the buffer is full (then `src` is registered as a waiter)."""
-    dst, j = src._dst[i]
-    with dst._lock:
-        s = dst._state
+    dst, j = src._bx_dst[i]
+    with dst._bx_lock:
+        s = dst._bx_state
         if s == FINISHED:
             return True  # the receiver finished early (e.g. a limit): drop
         if item is EOS:
-            dst._closed[j] = True
+            dst._bx_closed[j] = True
         else:
-            q = dst._inq[j]
-            if len(q) >= dst._cap:
-                if src not in dst._waiters:
-                    dst._waiters.append(src)
+            q = dst._bx_inq[j]
+            if len(q) >= dst._bx_cap:
+                if src not in dst._bx_waiters:
+                    dst._bx_waiters.append(src)
                 return False
             q.append(item)
         if s == NOTHING:
-            dst._state = SCHEDULED
+            dst._bx_state = SCHEDULED
         else:
             if s == RUNNING:
-                dst._state = RUNNING_SCHEDULED
+                dst._bx_state = RUNNING_SCHEDULED
             return True
     _push(dst, worker, True)
     return True
@@ -87,7 +87,7 @@ def _deliver(worker, src, i: int, item) -> bool:
 def send(worker, op, i: int, item) -> bool:
     """Send on output `i` of `op`, keeping per-edge order: behind anything already
     waiting in the outbox. True if delivered now."""
-    ob = op._outbox
+    ob = op._bx_outbox
     if not ob and _deliver(worker, op, i, item):
         return True
     ob.append((i, item))
@@ -96,7 +96,7 @@ def send(worker, op, i: int, item) -> bool:
 
 def flush(worker, op) -> bool:
     """Resend what waits in the outbox, in order. True when it is empty."""
-    ob = op._outbox
+    ob = op._bx_outbox
     while ob:
         i, item = ob[0]
         if not _deliver(worker, op, i, item):
@@ -108,14 +108,14 @@ def flush(worker, op) -> bool:
 def take_input(worker, op, j: int):
     """Pop the oldest packet of input `j` of `op` (the running operator), waking the
     senders that were waiting for room."""
-    with op._lock:
-        q = op._inq[j]
+    with op._bx_lock:
+        q = op._bx_inq[j]
         if not q:
             return None
         pkt = q.popleft()
-        waiters = op._waiters
+        waiters = op._bx_waiters
         if waiters:
-            op._waiters = []
+            op._bx_waiters = []
     if waiters:
         for w in waiters:
             schedule(w, worker, False)
@@ -127,29 +127,29 @@ def take_input(worker, op, j: int):
 
 def run_task(worker, op) -> None:
     """Run `op` once on `worker` (the thread calling this)."""
-    req = op._req
+    req = op._bx_req
     if req.state is not req.ACTIVE:
         # The request failed or was cancelled: drop the task, free what it holds.
-        with op._lock:
-            op._state = FINISHED
-            op._inq = [q.__class__() for q in op._inq]
-            op._waiters = []
-        op._outbox.clear()
+        with op._bx_lock:
+            op._bx_state = FINISHED
+            op._bx_inq = [q.__class__() for q in op._bx_inq]
+            op._bx_waiters = []
+        op._bx_outbox.clear()
         return
     worker.last_req = req
-    op._state = RUNNING  # see the protocol: the one unlocked transition
+    op._bx_state = RUNNING  # see the protocol: the one unlocked transition
     ctx = worker.ctx
     ctx.op = op
     try:
-        if not op._outbox or flush(worker, op):
-            if not op._finishing:
+        if not op._bx_outbox or flush(worker, op):
+            if not op._bx_finishing:
                 op.process(ctx)
-            if op._outbox:
+            if op._bx_outbox:
                 flush(worker, op)
     except BaseException as e:  # noqa: BLE001 - the request fails, the worker carries on
         ctx.op = None
-        with op._lock:
-            op._state = FINISHED
+        with op._bx_lock:
+            op._bx_state = FINISHED
         # The traceback starts in the operator's code: this frame (still running, so
         # its locals cannot be cleared) would keep the request's operators alive.
         if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
@@ -161,36 +161,36 @@ def run_task(worker, op) -> None:
         return
     ctx.op = None
 
-    blocked = bool(op._outbox)
-    if op._finishing and not blocked:
-        with op._lock:
-            op._state = FINISHED
-            op._inq = [q.__class__() for q in op._inq]  # drop what still arrives
-            waiters = op._waiters
-            op._waiters = []
+    blocked = bool(op._bx_outbox)
+    if op._bx_finishing and not blocked:
+        with op._bx_lock:
+            op._bx_state = FINISHED
+            op._bx_inq = [q.__class__() for q in op._bx_inq]  # drop what still arrives
+            waiters = op._bx_waiters
+            op._bx_waiters = []
         for w in waiters:
             schedule(w, worker, False)
         req.op_finished(op)
         return
 
-    resched = op._resched
-    op._resched = False
-    with op._lock:
-        if op._state == RUNNING_SCHEDULED:
-            op._state = SCHEDULED
+    resched = op._bx_resched
+    op._bx_resched = False
+    with op._bx_lock:
+        if op._bx_state == RUNNING_SCHEDULED:
+            op._bx_state = SCHEDULED
             immediate = not resched
         elif blocked:
             # Wait for the receiver to take a packet: it schedules us (no busy retry).
-            op._state = NOTHING
+            op._bx_state = NOTHING
             return
         elif resched:
-            op._state = SCHEDULED
+            op._bx_state = SCHEDULED
             immediate = False
-        elif any(op._inq):
-            op._state = SCHEDULED
+        elif any(op._bx_inq):
+            op._bx_state = SCHEDULED
             immediate = True
         else:
-            op._state = NOTHING
+            op._bx_state = NOTHING
             return
     _push(op, worker, immediate)
 

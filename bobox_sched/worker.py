@@ -75,7 +75,7 @@ class Worker:
             if op is None:
                 return
             self.tasks += 1
-            req = op._req
+            req = op._bx_req
             rs = req_steps.get(req)
             if rs is None:
                 rs = req_steps[req] = [0, 0, 0, 0, 0]

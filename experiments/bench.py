@@ -326,3 +326,86 @@ def bench_idle(seconds: float = 3.0, policy: str = "bobox") -> dict:
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
     return {"policy": policy, "workers": workers, "seconds": round(wall, 3),
             "idle_cpu_percent_of_one_core": round(100 * cpu / wall, 3)}
+
+
+# ---------------------------------------------------------------------------------------
+# queries: this engine on 1 worker against DuckDB with one thread, and mix scaling
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: str = "bobox",
+                  packet_bytes: int | None = None) -> dict:
+    """Per query: median time of this engine on 1 worker (parallel=1) and of DuckDB with
+    one thread, on the same Parquet files, interleaved in one run. DuckDB is measured
+    twice: reading the Parquet files (views) and on tables loaded in memory first, the
+    like-for-like case for our in-memory table store. Then the concurrent mix (`copies`
+    copies of every query at once) on 1 worker and on all workers: the scaling."""
+    import duckdb
+    from operators import tpch
+    from operators.data import find_tables
+    from operators.tpch_sql import QUERIES as SQL
+    from operators.tpch_sql import compare_tables, duckdb_answer
+
+    from .workload import build_plans, run_mix
+
+    queries = queries or tpch.DEFAULT_MIX
+    topo = topology.probe()
+    one = topo.restrict(nodes=[topo.cpu_nodes[0].os_index], cpus=[topo.cpu_nodes[0].cpus[0]])
+    files = find_tables(data)
+    views = duckdb.connect()
+    views.execute("SET threads=1")
+    mem = duckdb.connect()
+    mem.execute("SET threads=1")
+    for t, fs in files.items():
+        lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in fs) + "]"
+        views.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({lst})")
+        mem.execute(f"CREATE TABLE {t} AS SELECT * FROM read_parquet({lst})")
+    per_query = {}
+    with Scheduler(topology=one, policy=policy, packet_bytes=packet_bytes) as s1:
+        plans1 = build_plans(queries, data, 1)
+        for q in queries:
+            got = s1.submit(plans1[q]).result()  # warm-up + correctness
+            compare_tables(got, duckdb_answer(q, data))
+            views.execute(SQL[q]).fetchall()
+            mem.execute(SQL[q]).fetchall()
+            tb, tv, tm = [], [], []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                s1.submit(plans1[q]).result()
+                tb.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                views.execute(SQL[q]).fetchall()
+                tv.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                mem.execute(SQL[q]).fetchall()
+                tm.append(time.perf_counter() - t0)
+            b, v, m = statistics.median(tb), statistics.median(tv), statistics.median(tm)
+            per_query[q] = {"bobox_s": round(b, 5), "duckdb_s": round(v, 5), "duckdb_mem_s": round(m, 5),
+                            "ratio": round(b / v, 3), "ratio_mem": round(b / m, 3)}
+            _log(f"[queries] {q}: bobox {b * 1e3:.1f} ms, duckdb {v * 1e3:.1f} ms (in memory {m * 1e3:.1f} ms)")
+        # the concurrent mix on one worker ...
+        run_mix(s1, plans1, 1)
+        t1 = min(run_mix(s1, plans1, copies).wall_s for _ in range(max(1, repeat // 2)))
+    with Scheduler(topology=topo, policy=policy, packet_bytes=packet_bytes) as sa:
+        workers = len(sa.workers)
+        plans_a = build_plans(queries, data, workers)
+        run_mix(sa, plans_a, 1)
+        ta = min(run_mix(sa, plans_a, copies).wall_s for _ in range(max(1, repeat // 2)))
+    _log(f"[queries] mix of {copies}x{len(queries)} requests: 1 worker {t1:.3f} s, {workers} workers {ta:.3f} s")
+    return {
+        "policy": policy,
+        "data": str(data),
+        "queries": per_query,
+        "geomean_ratio": round(_geomean([r["ratio"] for r in per_query.values()]), 3),
+        "geomean_ratio_mem": round(_geomean([r["ratio_mem"] for r in per_query.values()]), 3),
+        "mix_requests": copies * len(queries),
+        "workers": workers,
+        "mix_t1_s": round(t1, 4),
+        "mix_tall_s": round(ta, 4),
+        "scaling": round(t1 / ta, 3),
+        "scaling_per_core": round(t1 / ta / workers, 3),
+    }

@@ -28,9 +28,16 @@ def add_arguments(p) -> None:
     loc.add_argument("--requests", type=int, default=16)
     loc.add_argument("--packets", type=int, default=64)
     loc.add_argument("--every", type=int, default=1, help="sample every N-th consumed packet")
+    qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling")
+    qs.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
+    qs.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
+    qs.add_argument("--sf", type=float, help="scale factor to generate if missing (default 0.1)")
+    qs.add_argument("--repeat", type=int, default=5)
+    qs.add_argument("--copies", type=int, default=4, help="copies of each query in the concurrent mix (default 4)")
+    qs.add_argument("--packet-bytes", type=int, default=None)
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=float, default=3.0)
-    for q in (o, s, loc, idle):
+    for q in (o, s, loc, qs, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
         q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
 
@@ -45,7 +52,7 @@ def _positive(args, *names):
 
 
 def run(args) -> int:
-    from .bench import bench_idle, bench_locality, bench_overhead, bench_speedup
+    from .bench import bench_idle, bench_locality, bench_overhead, bench_queries, bench_speedup
 
     if args.bench == "overhead":
         _positive(args, "packets", "length", "requests", "repeat")
@@ -64,6 +71,28 @@ def run(args) -> int:
         r = bench_locality(args.requests, args.packets, every=args.every, policy=args.policy)
         print(f"{r['policy']}: {r['nodes']} node(s), {r['sampled_packets']} packets sampled, {r['pages']} pages: "
               f"local fraction {r['local_fraction']}")
+    elif args.bench == "queries":
+        _positive(args, "repeat", "copies", "sf", "packet_bytes")
+        from operators import tpch
+
+        from bobox_sched.errors import BoboxError
+
+        from .workload import ensure_data
+
+        bad = [q for q in args.queries if q.lower() not in tpch.QUERIES]
+        if bad:
+            raise BoboxError(f"unknown query {bad[0]!r} (known: {', '.join(tpch.QUERIES)})")
+        data = ensure_data(args.data, args.sf)
+        r = bench_queries(data, [q.lower() for q in args.queries] or None, args.repeat, args.copies, args.policy,
+                          args.packet_bytes)
+        print(f"{'query':<7}{'bobox ms':>10}{'duckdb ms':>11}{'ratio':>8}{'duckdb mem ms':>15}{'ratio':>8}")
+        for q, x in r["queries"].items():
+            print(f"{q:<7}{x['bobox_s'] * 1e3:>10.1f}{x['duckdb_s'] * 1e3:>11.1f}{x['ratio']:>8.2f}"
+                  f"{x['duckdb_mem_s'] * 1e3:>15.1f}{x['ratio_mem']:>8.2f}")
+        print(f"geomean ratio (bobox 1 worker / DuckDB 1 thread): {r['geomean_ratio']:.2f} on Parquet, "
+              f"{r['geomean_ratio_mem']:.2f} on in-memory tables")
+        print(f"concurrent mix of {r['mix_requests']} requests: 1 worker {r['mix_t1_s']} s, {r['workers']} workers "
+              f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core)")
     elif args.bench == "idle":
         _positive(args, "seconds")
         r = bench_idle(args.seconds, args.policy)

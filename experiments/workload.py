@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from operators.tpch_sql import compare_tables
 
 DEFAULT_SF = 0.1
 DEFAULT_DATA = Path("data") / "tpch-sf0.1"
@@ -118,19 +119,18 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
                 h.add_done_callback(lambda _h: bar.update(1))
             handles.append((name, h))
     res = RunResult(0.0)
-    for name, h in handles:
-        table = h.result()
-        lat = h.stats["elapsed_s"]
-        res.latencies.setdefault(name, []).append(lat)
+    tables = [(name, h.result()) for name, h in handles]
+    res.wall_s = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    for (name, h), (_, table) in zip(handles, tables):
+        res.latencies.setdefault(name, []).append(h.stats["elapsed_s"])
         res.request_stats.append(h.stats)
         if name not in res.results:
             res.results[name] = table
             res.rows[name] = table.num_rows
         elif check_equal and not _same(res.results[name], table) and name not in res.mismatches:
             res.mismatches.append(name)
-    res.wall_s = time.perf_counter() - t0
-    if bar is not None:
-        bar.close()
     after = sched.stats()
     res.stats = _diff_stats(before, after)
     res.operators = {name: len(plan) for name, plan in plans.items()}
@@ -138,8 +138,6 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:
-    from operators.tpch_sql import compare_tables
-
     try:
         compare_tables(a, b, rel_tol=1e-9)
         return True

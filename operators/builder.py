@@ -17,6 +17,10 @@ operators, each run by the scheduler on one thread at a time.
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from bobox_sched import Plan
 
 from . import ops as O
@@ -57,9 +61,42 @@ class Query:
         schema = None
         for i in range(k):
             a, b = n * i // k, n * (i + 1) // k
-            name, proto = self._add(f"scan_{table}_", O.Scan, self.data_dir, table, list(columns), a, b, where)
+            name, proto = self._add(f"scan_{table}_", O.Scan, t, list(columns), a, b, where)
             parts.append((name, "out"))
             schema = proto.schema
+        return Stream(self, parts, schema)
+
+    def values(self, table, parallel: int | None = None) -> "Stream":
+        """A source over an in-memory ``pyarrow.Table`` (strings are dictionary-encoded
+        with a sorted dictionary, dates become int32 days, decimals float64)."""
+        from .expr import field_from_arrow
+
+        k = parallel or self.parallel
+        fields, cols = [], {}
+        for name in table.column_names:
+            arr = table.column(name).combine_chunks()
+            typ = arr.type
+            if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
+                arr = arr.cast(pa.string())
+                uniq = pc.unique(arr)
+                dic = uniq.take(pc.array_sort_indices(uniq))
+                cols[name] = np.asarray(pc.index_in(arr, value_set=dic).to_numpy(zero_copy_only=False), np.int32)
+                fields.append(field_from_arrow(name, typ, dic))
+            else:
+                f = field_from_arrow(name, typ)
+                if f.kind == "date":
+                    cols[name] = arr.cast(pa.int32()).to_numpy(zero_copy_only=False)
+                elif pa.types.is_decimal(typ):
+                    cols[name] = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                else:
+                    cols[name] = np.asarray(arr.to_numpy(zero_copy_only=False), f.dtype)
+                fields.append(f)
+        schema = Schema(fields)
+        n = table.num_rows
+        parts = []
+        for i in range(k):
+            name, _ = self._add("values", O.Values, schema, cols, n * i // k, n * (i + 1) // k)
+            parts.append((name, "out"))
         return Stream(self, parts, schema)
 
     # -- sink -------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bobox_sched.packet import PacketSpec
+
 EPOCH = _dt.date(1970, 1, 1)
 
 
@@ -59,6 +61,14 @@ class Schema:
 
     def dtypes(self) -> dict:
         return {f.name: f.dtype for f in self.fields}
+
+    @property
+    def spec(self) -> PacketSpec:
+        """The packet layout of this schema (made once; what ``ctx.new_packet`` takes)."""
+        s = self.__dict__.get("_spec")
+        if s is None:
+            s = self._spec = PacketSpec(self.dtypes())
+        return s
 
     def select(self, names) -> "Schema":
         return Schema([self[n] for n in names])
@@ -390,12 +400,11 @@ def compile_expr(e: Expr, schema: Schema):
         dt = _DTYPE[kind]
 
         def fcase(cols, parts=parts, fo=fo, dt=dt):
-            conds = [fc(cols) for fc, _ in parts]
-            vals = [fv(cols) for _, (fv, _, _) in parts]
-            n = max((len(c) for c in conds if isinstance(c, np.ndarray)), default=0)
-            return np.select([np.broadcast_to(c, (n,)) for c in conds],
-                             [np.broadcast_to(np.asarray(v, dt), (n,)) for v in vals],
-                             np.asarray(fo(cols), dt))
+            # evaluated last WHEN first, so that earlier WHENs take precedence
+            out = np.asarray(fo(cols), dt)
+            for fc, (fv, _, _) in reversed(parts):
+                out = np.where(fc(cols), np.asarray(fv(cols), dt), out)
+            return out
 
         return fcase, kind, None
     raise TypeError(f"not an expression: {e!r}")

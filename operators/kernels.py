@@ -309,3 +309,69 @@ def partition_ids(keys, parts):
         # spread over its join/group table's buckets
         out[i] = np.int64(_mix(np.uint64(0x5851F42D4C957F2D), _hash_row(keys, i)) % p)
     return out
+
+
+# ------------------------------------------------------------------------------------
+# fused group-by + aggregation: one call per packet for every aggregate of an operator
+
+AGG_SUM = 0
+AGG_MIN = 1
+AGG_MAX = 2
+AGG_COUNT = 3
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _agg_apply(op, acc, r, g, v):
+    if op == 0:
+        acc[r, g] += v
+    elif op == 1:
+        if v < acc[r, g]:
+            acc[r, g] = v
+    elif op == 2:
+        if v > acc[r, g]:
+            acc[r, g] = v
+    else:
+        acc[r, g] += 1
+
+
+@njit(nogil=True, cache=True)
+def groupby_aggregate(keys, slots, gkeys, ngroups, fv, fops, facc, iv, iops, iacc):
+    """Group the rows of ``keys[k, m]`` (k may be 0: one global group) and fold value
+    rows ``fv[j]`` (float64) / ``iv[j]`` (int64) into accumulators ``facc[j, g]`` /
+    ``iacc[j, g]`` with ops ``fops[j]`` / ``iops[j]`` (0 sum, 1 min, 2 max, 3 count).
+    Same room precondition as ``groupby_insert``. Returns the new number of groups."""
+    m = keys.shape[1] if keys.shape[0] else (fv.shape[1] if fv.shape[0] else iv.shape[1])
+    k = keys.shape[0]
+    mask = np.uint64(slots.shape[0] - 1)
+    if k == 0 and ngroups == 0:
+        ngroups = 1
+    nf = fops.shape[0]
+    ni = iops.shape[0]
+    for i in range(m):
+        g = 0
+        if k:
+            s = np.int64(_hash_row(keys, i) & mask)
+            while True:
+                g = slots[s]
+                if g == -1:
+                    g = ngroups
+                    slots[s] = g
+                    for c in range(k):
+                        gkeys[c, g] = keys[c, i]
+                    ngroups += 1
+                    break
+                if _rows_equal(keys, i, gkeys, g):
+                    break
+                s = (s + 1) & np.int64(mask)
+        for j in range(nf):
+            _agg_apply(fops[j], facc, j, g, fv[j, i])
+        for j in range(ni):
+            _agg_apply(iops[j], iacc, j, g, iv[j, i])
+    return ngroups
+
+
+@njit(nogil=True, cache=True)
+def join_pairs(pkeys, bkeys, heads, nxt):
+    """``join_count`` + ``join_probe`` in one call: inner-join index pairs."""
+    counts = join_count(pkeys, bkeys, heads, nxt)
+    return join_probe(pkeys, bkeys, heads, nxt, counts)

@@ -15,7 +15,7 @@ import pyarrow as pa
 from bobox_sched import Operator, Source, StreamOperator
 
 from . import kernels as K
-from .expr import Compiled, Expr, Field, Schema
+from .expr import Col, Compiled, Expr, Field, Schema
 
 # ------------------------------------------------------------------------------------
 # helpers
@@ -28,11 +28,11 @@ def _chunks(n: int, rows: int):
 
 def send_columns(ctx, port: str, schema: Schema, cols: dict, n: int) -> None:
     """Copy `n` rows of `cols` into packets of the target size and send them."""
-    dtypes = schema.dtypes()
-    rows = ctx.rows_for(dtypes)
+    spec = schema.spec
+    rows = ctx.rows_for(spec)
     for a, b in _chunks(n, rows):
-        pkt = ctx.new_packet(dtypes, b - a)
-        for name in dtypes:
+        pkt = ctx.new_packet(spec, b - a)
+        for name in spec.names:
             np.copyto(pkt.columns[name], cols[name][a:b], casting="unsafe")
         ctx.send(port, pkt)
 
@@ -40,12 +40,12 @@ def send_columns(ctx, port: str, schema: Schema, cols: dict, n: int) -> None:
 def send_gather(ctx, port: str, schema: Schema, cols: dict, idx: np.ndarray, sources: dict | None = None) -> None:
     """Send rows ``cols[name][idx]`` (``sources[name]`` overrides which column and index
     array feed output column `name`) in packets of the target size."""
-    dtypes = schema.dtypes()
-    rows = ctx.rows_for(dtypes)
+    spec = schema.spec
+    rows = ctx.rows_for(spec)
     n = len(idx)
     for a, b in _chunks(n, rows):
-        pkt = ctx.new_packet(dtypes, b - a)
-        for name, dt in dtypes.items():
+        pkt = ctx.new_packet(spec, b - a)
+        for name, dt in zip(spec.names, spec.dtypes):
             if sources and name in sources:
                 src, ix = sources[name]
             else:
@@ -122,41 +122,58 @@ class Scan(Source):
     sliced into packets of the scheduler's packet size, optionally filtered (predicate
     pushed into the scan: only the selected rows are copied)."""
 
-    def __init__(self, data_dir, table: str, columns: list[str], start: int, stop: int,
-                 where: Expr | None = None):
-        from .data import TableStore
-
-        t = TableStore.open(data_dir).table(table)
-        self.table = table
-        self.cols = {c: t.column(c) for c in columns}
-        fields = []
-        for c, colobj in self.cols.items():
-            fields.append(_field_of(colobj))
-        self.schema = Schema(fields)
+    def __init__(self, table, columns: list[str], start: int, stop: int, where: Expr | None = None):
+        self.table = table.name
+        self.cols = {c: table.column(c) for c in columns}
+        self.schema = Schema([_field_of(c) for c in self.cols.values()])
         self.start = start
         self.stop = stop
         self.pos = start
         self.where = Compiled(where, self.schema, "where") if where is not None else None
 
     def next_packet(self, ctx):
-        rows = ctx.rows_for(self.schema.dtypes())
+        spec = self.schema.spec
+        rows = ctx.rows_for(spec)
         while self.pos < self.stop:
             a, b = self.pos, min(self.stop, self.pos + rows)
             self.pos = b
             view = {name: c.values[a:b] for name, c in self.cols.items()}
             if self.where is None:
-                pkt = ctx.new_packet(self.schema.dtypes(), b - a)
+                pkt = ctx.new_packet(spec, b - a)
                 for name in view:
                     np.copyto(pkt.columns[name], view[name])
                 return pkt
             idx = np.flatnonzero(self.where(view, b - a))
             if len(idx) == 0:
                 continue
-            pkt = ctx.new_packet(self.schema.dtypes(), len(idx))
+            pkt = ctx.new_packet(spec, len(idx))
             for name in view:
                 np.take(view[name], idx, out=pkt.columns[name])
             return pkt
         return None
+
+
+class Values(Source):
+    """Emits rows [start, stop) of in-memory columns (numpy arrays, already encoded:
+    dates as int32 days, strings as codes of the schema's dictionaries)."""
+
+    def __init__(self, schema: Schema, columns: dict, start: int, stop: int):
+        self.schema = schema
+        self.columns = columns
+        self.pos = start
+        self.stop = stop
+
+    def next_packet(self, ctx):
+        if self.pos >= self.stop:
+            return None
+        spec = self.schema.spec
+        rows = ctx.rows_for(spec)
+        a, b = self.pos, min(self.stop, self.pos + rows)
+        self.pos = b
+        pkt = ctx.new_packet(spec, b - a)
+        for f in self.schema.fields:
+            np.copyto(pkt.columns[f.name], self.columns[f.name][a:b], casting="unsafe")
+        return pkt
 
 
 def _field_of(column) -> Field:
@@ -195,8 +212,7 @@ class Project(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         n = pkt.nrows
-        dtypes = self.schema.dtypes()
-        out = ctx.new_packet(dtypes, n)
+        out = ctx.new_packet(self.schema.spec, n)
         for name, c in self.exprs:
             np.copyto(out.columns[name], c(pkt.columns, n), casting="unsafe")
         ctx.send("out", out)
@@ -333,8 +349,7 @@ class HashJoin(Operator):
         pk = key_matrix([k(pkt.columns, n) for k in self.pkeys], n)
         cols = pkt.columns
         if self.join_kind == "inner":
-            counts = K.join_count(pk, self._bk, self._heads, self._nxt)
-            pidx, bidx = K.join_probe(pk, self._bk, self._heads, self._nxt, counts)
+            pidx, bidx = K.join_pairs(pk, self._bk, self._heads, self._nxt)
             if len(pidx) == 0:
                 return
             sources = {o: (cols[s], pidx) for o, s in self.probe_out}
@@ -392,7 +407,8 @@ class HashAggregate(StreamOperator):
     ``mode``: ``complete`` (input rows -> final values), ``partial`` (input rows ->
     per-group states, for a merge network) or ``final`` (partial states -> final values).
     Partial states of an aggregate ``x``: ``x$sum`` / ``x$count`` / ``x$min`` / ``x$max``.
-    Without keys the result is one row (count 0 and NaN for the others on empty input)."""
+    Without keys the result is one row; on empty input count is 0, float results NaN
+    and integer results 0 (SQL would say NULL)."""
 
     kind = "partitioned"
 
@@ -460,23 +476,33 @@ class HashAggregate(StreamOperator):
             return Field(name, c.kind, c.dtype, c.dictionary)
         return Field(name, "float" if c.kind == "float" else "int", np.dtype(np.float64) if c.kind == "float" else np.dtype(np.int64))
 
+    _OPS = {"sum": K.AGG_SUM, "min": K.AGG_MIN, "max": K.AGG_MAX, "count": K.AGG_COUNT}
+
     def _init_tables(self):
+        # Each state lives in one row of a float64 or an int64 accumulator matrix
+        # [states, groups]; one fused kernel call per packet updates all of them.
         self.nkeys = len(self.keys)
         self.cap = 16
         self.slots = np.full(self.cap, -1, np.int64)
         self.gkeys = np.empty((self.nkeys, self.cap // 2), np.int64)
         self.ngroups = 0
-        self.acc = {}
-        for sname, upd, _, dt in self.states:
-            self.acc[sname] = self._fresh(upd, dt, self.cap // 2)
+        self.frows = [st for st in self.states if st[3].kind == "f"]
+        self.irows = [st for st in self.states if st[3].kind != "f"]
+        self.fops = np.array([self._OPS[u] for _, u, _, _ in self.frows], np.int64)
+        self.iops = np.array([self._OPS[u] for _, u, _, _ in self.irows], np.int64)
+        self.facc = self._fresh(self.frows, np.float64, self.cap // 2)
+        self.iacc = self._fresh(self.irows, np.int64, self.cap // 2)
 
     @staticmethod
-    def _fresh(upd, dt, n):
-        if upd == "min":
-            return np.full(n, np.inf if dt.kind == "f" else np.iinfo(np.int64).max, dt)
-        if upd == "max":
-            return np.full(n, -np.inf if dt.kind == "f" else np.iinfo(np.int64).min, dt)
-        return np.zeros(n, dt)
+    def _fresh(rows, dt, n):
+        acc = np.zeros((len(rows), n), dt)
+        big = np.inf if dt == np.float64 else np.iinfo(np.int64).max
+        for r, (_, upd, _, _) in enumerate(rows):
+            if upd == "min":
+                acc[r] = big
+            elif upd == "max":
+                acc[r] = -big if dt == np.float64 else np.iinfo(np.int64).min
+        return acc
 
     def _grow(self, need: int):
         cap = K.table_capacity(need)
@@ -487,36 +513,40 @@ class HashAggregate(StreamOperator):
         new_keys[:, :g] = self.gkeys[:, :g]
         self.gkeys = new_keys
         self.slots = K.groupby_rehash(self.gkeys, g, cap)
-        for sname, upd, _, dt in self.states:
-            a = self._fresh(upd, dt, cap // 2)
-            a[:g] = self.acc[sname][:g]
-            self.acc[sname] = a
+        f = self._fresh(self.frows, np.float64, cap // 2)
+        f[:, :g] = self.facc[:, :g]
+        i = self._fresh(self.irows, np.int64, cap // 2)
+        i[:, :g] = self.iacc[:, :g]
+        self.facc, self.iacc = f, i
         self.cap = cap
+
+    def _values(self, rows, dt, cols, n):
+        v = np.empty((len(rows), n), dt)
+        for r, (_, upd, c, _) in enumerate(rows):
+            if c is not None:
+                v[r] = c(cols, n)
+        return v
 
     def on_packet(self, ctx, port, pkt):
         n = pkt.nrows
+        if n == 0:
+            return
         cols = pkt.columns
-        if self.nkeys:
-            km = key_matrix([c(cols, n) for _, c in self.keys], n)
-            self._grow(self.ngroups + n)
-            gids, self.ngroups = K.groupby_insert(km, self.slots, self.gkeys, self.ngroups)
-        else:
-            gids = np.zeros(n, np.int64)
-            self.ngroups = max(self.ngroups, 1)
-        for sname, upd, c, dt in self.states:
-            acc = self.acc[sname]
-            if upd == "count":
-                K.agg_count(gids, acc)
-                continue
-            vals = c(cols, n)
-            if vals.dtype != dt:
-                vals = vals.astype(dt)
-            if upd == "sum":
-                K.agg_sum(gids, vals, acc)
-            elif upd == "min":
-                K.agg_min(gids, vals, acc)
-            else:
-                K.agg_max(gids, vals, acc)
+        km = key_matrix([c(cols, n) for _, c in self.keys], n)
+        self._grow(self.ngroups + n)
+        self.ngroups = K.groupby_aggregate(
+            km, self.slots, self.gkeys, self.ngroups,
+            self._values(self.frows, np.float64, cols, n), self.fops, self.facc,
+            self._values(self.irows, np.int64, cols, n), self.iops, self.iacc)
+
+    def _state_of(self, sname: str, g: int) -> np.ndarray:
+        for r, st in enumerate(self.frows):
+            if st[0] == sname:
+                return self.facc[r, :g]
+        for r, st in enumerate(self.irows):
+            if st[0] == sname:
+                return self.iacc[r, :g]
+        raise KeyError(sname)
 
     def on_end(self, ctx):
         g = self.ngroups
@@ -528,24 +558,25 @@ class HashAggregate(StreamOperator):
             cols[f.name] = k.view(np.float64) if f.dtype.kind == "f" else k
         if self.mode == "partial":
             for sname, _, _, _ in self.states:
-                cols[sname] = self.acc[sname][:g]
+                cols[sname] = self._state_of(sname, g)
         else:
             for name, func in self.aggs:
                 cols[name] = self._finalize(name, func, g)
         send_columns(ctx, "out", self.schema, cols, g)
 
     def _finalize(self, name, func, g):
-        a = self.acc
         if func == "count":
-            return a[f"{name}$count"][:g]
+            return self._state_of(f"{name}$count", g)
         if func == "avg":
-            s = a[f"{name}$sum"][:g].astype(np.float64)
-            c = a[f"{name}$count"][:g]
+            s = self._state_of(f"{name}$sum", g).astype(np.float64)
+            c = self._state_of(f"{name}$count", g)
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(c > 0, s / np.maximum(c, 1), np.nan)
-        v = a[f"{name}${func}"][:g]
-        if self.nkeys == 0 and a["$rows$count"][0] == 0:
-            return np.full(g, np.nan)
+        v = self._state_of(f"{name}${func}", g)
+        if self.nkeys == 0 and self._state_of("$rows$count", 1)[0] == 0:
+            # SQL's NULL over no rows: NaN where the column is float, 0 where it is an
+            # integer (packets have no null masks)
+            return np.full(g, np.nan) if self.schema[name].dtype.kind == "f" else np.zeros(g, self.schema[name].dtype)
         return v
 
 
@@ -554,8 +585,6 @@ def _states(func: str) -> list[str]:
 
 
 def _col(name):
-    from .expr import Col
-
     return Col(name)
 
 

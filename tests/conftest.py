@@ -26,3 +26,11 @@ def hwloc_trees(tmp_path_factory):
         (top,) = tops  # one folder per archive (its name may differ from the file's)
         roots[name] = out / top
     return roots
+
+
+@pytest.fixture(scope="session")
+def tpch(tmp_path_factory):
+    """TPC-H SF 0.01 as Parquet, generated once per session."""
+    from operators.data import datagen
+
+    return datagen(0.01, tmp_path_factory.mktemp("tpch") / "sf0.01", progress=False)

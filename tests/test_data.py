@@ -41,12 +41,6 @@ def days(d: str) -> int:
     return (datetime.date.fromisoformat(d) - EPOCH).days
 
 
-@pytest.fixture(scope="session")
-def tpch(tmp_path_factory) -> Path:
-    """TPC-H SF 0.01, generated once per session."""
-    return datagen(0.01, tmp_path_factory.mktemp("tpch") / "sf0.01", progress=False)
-
-
 @pytest.fixture()
 def tpch_copy(tpch, tmp_path) -> Path:
     """A private, modifiable copy of the SF 0.01 data set."""

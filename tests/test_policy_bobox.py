@@ -61,7 +61,7 @@ class Req:
 
 class Op:
     def __init__(self, req, label):
-        self._req = req
+        self._bx_req = req
         self.label = label
 
     def __repr__(self):
