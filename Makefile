@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml | system-packages
 	@touch $(STAMP)
 
 run: setup
-	$(VENV)/bin/bobox topology
+	$(VENV)/bin/bobox run
 
 test: setup
 	BOBOX_REQUIRE_VM=$${BOBOX_REQUIRE_VM:-1} $(PY) -m pytest -q -ra tests

@@ -52,7 +52,7 @@ def send_gather(ctx, port: str, schema: Schema, cols: dict, idx: np.ndarray, sou
                 src, ix = cols[name], idx
             out = pkt.columns[name]
             if src.dtype == dt:
-                np.take(src, ix[a:b], out=out)
+                src.take(ix[a:b], out=out)
             else:
                 out[:] = src[ix[a:b]]
         ctx.send(port, pkt)
@@ -143,12 +143,12 @@ class Scan(Source):
                 for name in view:
                     np.copyto(pkt.columns[name], view[name])
                 return pkt
-            idx = np.flatnonzero(self.where(view, b - a))
+            idx = self.where(view, b - a).nonzero()[0]
             if len(idx) == 0:
                 continue
             pkt = ctx.new_packet(spec, len(idx))
             for name in view:
-                np.take(view[name], idx, out=pkt.columns[name])
+                view[name].take(idx, out=pkt.columns[name])
             return pkt
         return None
 
@@ -195,7 +195,7 @@ class Filter(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         mask = self.pred(pkt.columns, pkt.nrows)
-        idx = np.flatnonzero(mask)
+        idx = mask.nonzero()[0]
         if len(idx) == pkt.nrows:
             ctx.send("out", pkt)  # nothing filtered: forward as is
         elif len(idx):
@@ -359,7 +359,7 @@ class HashJoin(Operator):
             exists = K.join_exists(pk, self._bk, self._heads, self._nxt)
             if self.join_kind == "anti":
                 exists = ~exists
-            idx = np.flatnonzero(exists)
+            idx = exists.nonzero()[0]
             if len(idx) == n and all(o == s for o, s in self.probe_out) and len(self.probe_out) == len(cols):
                 ctx.send("out", pkt)
             elif len(idx):
