@@ -56,9 +56,19 @@ def _cmd_run(sub):
     p.set_defaults(func=run_cli.run)
 
 
+def _cmd_experiment(sub):
+    from experiments import experiment_cli
+
+    p = sub.add_parser("experiment", help="locality experiments: CSV + PNG + report.md (the paper's figures)",
+                       description="Reproduce the Bobox paper's figures on this machine: numa-factor (table 1), "
+                       "packet-size (figure 1), numa-placement (figure 2), schedulers (figure 3), balancer, all.")
+    experiment_cli.add_arguments(p)
+    p.set_defaults(func=experiment_cli.run)
+
+
 # Subcommands, in the order of `bobox --help`. Each entry adds a parser whose defaults
 # carry `func(args) -> int`.
-SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench]
+SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench, _cmd_experiment]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the command as typed
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as e:

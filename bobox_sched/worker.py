@@ -15,6 +15,7 @@ import warnings
 from collections import deque
 
 from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, prefer_node
+from topology.memory import live_nodes
 
 from .operator import Context
 from .task import run_task
@@ -56,17 +57,28 @@ class Worker:
     def start(self) -> None:
         self.thread.start()
 
-    def _main(self) -> None:
-        if self.cpus:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", PinningWarning)
-                self.pinned_mask = pin_to_cpus(self.cpus)
-            if caught:
-                self.scheduler._warn(str(caught[0].message))
-            if self.node_id is not None and numa_available():
-                prefer_node(self.node_id)
-        else:
+    def _bind_to_node(self) -> None:
+        """Pin to the node's CPUs and prefer its memory. Never fatal: a worker that
+        cannot be pinned still schedules correctly (with less locality), and says so."""
+        try:
+            if self.cpus:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", PinningWarning)
+                    self.pinned_mask = pin_to_cpus(self.cpus)
+                if caught:
+                    self.scheduler._warn(str(caught[0].message))
+                # Only real nodes have memory to prefer (a topology may be a captured or
+                # a virtual one).
+                if self.node_id is not None and numa_available() and self.node_id in live_nodes():
+                    prefer_node(self.node_id)
+            else:
+                self.pinned_mask = current_mask()
+        except Exception as e:  # noqa: BLE001 - see docstring
             self.pinned_mask = current_mask()
+            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}")
+
+    def _main(self) -> None:
+        self._bind_to_node()
         next_task = self.scheduler.policy.next_task
         clock = time.perf_counter_ns
         req_steps = self.req_steps
@@ -81,7 +93,10 @@ class Worker:
                 rs = req_steps[req] = [0, 0, 0, 0, 0]
             rs[self.last_step] += 1
             t0 = clock()
-            run_task(self, op)
+            try:
+                run_task(self, op)
+            except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
+                req.fail(e, op)  # its request fails with the error; the others carry on
             self.busy_ns += clock() - t0
             # Drop our references before possibly sleeping in next_task: a sleeping
             # worker must not pin the last request's operators and packets.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,12 +63,15 @@ def vng_command(guest_cmd: str, nodes: int, distances: dict, cpus_per_node: int 
 
 
 def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
-              cpus_per_node: int = 1, timeout: int = 1200) -> dict:
-    """Boot a guest, run `tests/vm_guest.py CHECK...` in it; return {check: result}."""
+              cpus_per_node: int = 1, timeout: int = 1200, env: dict | None = None) -> dict:
+    """Boot a guest, run `tests/vm_guest.py CHECK...` in it; return {check: result}.
+    `env`: extra environment variables for the guest (paths must lie outside /tmp, which
+    the guest does not share)."""
     distances = DISTANCES_4 if distances is None else distances
+    extra = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items())
     guest = (
         f"cd {REPO} && export NUMBA_CACHE_DIR=/tmp/numba-cache PYTHONPATH={REPO} "
-        f"PYTHONUNBUFFERED=1 && {sys.executable} {REPO / 'tests' / 'vm_guest.py'} {' '.join(checks)}"
+        f"PYTHONUNBUFFERED=1 {extra} && {sys.executable} {REPO / 'tests' / 'vm_guest.py'} {' '.join(checks)}"
     )
     proc = subprocess.run(
         vng_command(guest, nodes, distances, cpus_per_node),
@@ -86,3 +90,11 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
             f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
         )
     return results
+
+
+def guest_data_dir() -> Path:
+    """SF 0.01 TPC-H data where the guest can read it (inside the repository: the guest
+    has its own /tmp). Generated once; ignored by git."""
+    from operators.data import datagen
+
+    return datagen(0.01, REPO / ".vmdata" / "tpch-sf0.01", progress=False)

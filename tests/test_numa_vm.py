@@ -7,7 +7,7 @@ BOBOX_REQUIRE_VM=1 (set by .ci/run), where a missing VM is a failure."""
 import os
 
 import pytest
-from numa_vm import DISTANCES_2, DISTANCES_4, run_guest, unavailable_reason
+from numa_vm import DISTANCES_2, DISTANCES_4, guest_data_dir, run_guest, unavailable_reason
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -84,8 +84,8 @@ def test_balancer_moves_work_off_an_overloaded_node(guest4):
 def guest2():
     """2 nodes x 2 CPUs: the machine of the locality goal."""
     require_vm()
-    res = run_guest(["topology", "sched_pinning", "sched_locality"], nodes=2, distances=DISTANCES_2,
-                    cpus_per_node=2)
+    res = run_guest(["topology", "sched_pinning", "sched_locality", "experiments"], nodes=2, distances=DISTANCES_2,
+                    cpus_per_node=2, env={"BOBOX_VM_DATA": guest_data_dir()})
     for name, r in res.items():
         assert not (isinstance(r, dict) and "error" in r), f"{name}: {r.get('error')}"
     return res
@@ -106,3 +106,14 @@ def test_packets_land_on_the_consuming_workers_node(guest2):
     # packet consumed on another node than it was produced on (a shared request) can be
     # remote; the design keeps that rare.
     assert loc["local_fraction"] >= 0.95, loc
+
+
+def test_numa_experiments_on_two_nodes(guest2):
+    e = guest2["experiments"]
+    nf = e["numa-factor"]
+    assert nf["png_ok"] and nf["csv_rows"] >= 2 * 2 * 2  # seconds per repeat + factors, 2x2 pairs
+    assert nf["json"]["cpu_nodes"] == [0, 1] and [nf["json"]["factors"][i][i] for i in range(2)] == [1.0, 1.0]
+    pl = e["numa-placement"]
+    assert pl["png_ok"] and pl["csv_rows"] == 2  # local + remote, one repeat
+    assert pl["json"]["local_s"] > 0 and pl["json"]["remote_s"] > 0
+    assert "Figure 2: memory placement" in e["report"] and "Skipped" not in e["report"]

@@ -301,3 +301,18 @@ def test_submit_from_many_threads(sched):
     for t in ts:
         t.join()
     assert out == [2 * sum(range(2000))] * 30
+
+
+def test_workers_survive_a_topology_with_nodes_this_machine_lacks():
+    """A captured or virtual topology may name nodes the kernel does not have: workers
+    pin to the CPUs, skip the memory policy, and every request still completes."""
+    from test_policy_bobox import make_topology
+
+    import topology
+
+    cpus = [c.os_index for c in topology.probe().cpus]
+    topo = make_topology(2, 1) if len(cpus) >= 2 else make_topology(1, 1)
+    with Scheduler(topology=topo, balance_interval=0.01) as s:
+        hs = [s.submit(chain_plan(3000, 50), node=0) for _ in range(6)]
+        assert [h.result(60) for h in hs] == [2 * sum(range(3000))] * 6
+        assert all(w.thread.is_alive() for w in s.workers)

@@ -173,6 +173,34 @@ def sched_balance():
                 "request_nodes": [h.stats["nodes"] for h in hs]}
 
 
+@check
+def experiments():
+    """numa-factor and numa-placement on this (2-node) guest, through the CLI."""
+    import csv
+    import subprocess
+
+    out = "/tmp/exp"
+    data = os.environ["BOBOX_VM_DATA"]
+    summary = {}
+    for name in ("numa-factor", "numa-placement"):
+        r = subprocess.run(
+            [sys.executable, "-m", "bobox_sched", "experiment", name, "--quick", "--repeat", "1", "--out", out,
+             "--data", data, "--no-progress", "--json"],
+            capture_output=True, text=True,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        with open(f"{out}/{name}.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        with open(f"{out}/{name}.png", "rb") as f:
+            png = f.read(8)
+        summary[name] = {"json": json.loads(r.stdout.strip().splitlines()[-1]), "csv_rows": len(rows),
+                         "png_ok": png == b"\x89PNG\r\n\x1a\n"}
+    with open(f"{out}/report.md") as f:
+        summary["report"] = f.read()
+    return summary
+
+
 def main(names):
     for name in names:
         try:
