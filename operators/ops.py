@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from bobox_sched import Operator, Source, StreamOperator
 
+from . import codegen
 from . import kernels as K
 from .expr import Col, Compiled, Expr, Field, Schema
 
@@ -68,6 +69,24 @@ def key_matrix(values: list[np.ndarray], n: int) -> np.ndarray:
         else:
             m[i] = v
     return m
+
+
+class KeyEvaluator:
+    """Builds the int64 key matrix [k, n] of a packet: one generated kernel when no key is
+    a float (floats need their bits reinterpreted), numpy otherwise."""
+
+    def __init__(self, keys: list[Compiled], schema: Schema):
+        self.keys = keys
+        self.fused = None
+        if keys and all(k.kind != "float" for k in keys):
+            self.fused = codegen.evaluate([k.expr for k in keys], schema)
+
+    def __call__(self, cols: dict, n: int) -> np.ndarray:
+        if self.fused is not None and n:
+            m = np.empty((len(self.keys), n), np.int64)
+            self.fused(cols, list(m))
+            return m
+        return key_matrix([k(cols, n) for k in self.keys], n)
 
 
 def sort_matrix(values: list[np.ndarray], desc: list[bool], n: int) -> np.ndarray:
@@ -130,6 +149,8 @@ class Scan(Source):
         self.stop = stop
         self.pos = start
         self.where = Compiled(where, self.schema, "where") if where is not None else None
+        # the predicate and the copy of the selected rows in one nogil kernel
+        self.fused = codegen.filter_gather(where, self.schema, self.schema.names) if where is not None else None
 
     def next_packet(self, ctx):
         spec = self.schema.spec
@@ -143,6 +164,12 @@ class Scan(Source):
                 for name in view:
                     np.copyto(pkt.columns[name], view[name])
                 return pkt
+            if self.fused is not None:
+                pkt = ctx.new_packet(spec, b - a)
+                m = self.fused(view, [pkt.columns[name] for name in spec.names])
+                if m == 0:
+                    continue
+                return pkt.head(m) if m < b - a else pkt
             idx = self.where(view, b - a).nonzero()[0]
             if len(idx) == 0:
                 continue
@@ -192,8 +219,16 @@ class Filter(StreamOperator):
     def __init__(self, schema: Schema, predicate: Expr):
         self.schema = schema
         self.pred = Compiled(predicate, schema, "predicate")
+        self.fused = codegen.filter_gather(predicate, schema, schema.names)
 
     def on_packet(self, ctx, port, pkt):
+        if self.fused is not None:
+            spec = self.schema.spec
+            out = ctx.new_packet(spec, pkt.nrows)
+            m = self.fused(pkt.columns, [out.columns[name] for name in spec.names])
+            if m:
+                ctx.send("out", out.head(m) if m < pkt.nrows else out)
+            return
         mask = self.pred(pkt.columns, pkt.nrows)
         idx = mask.nonzero()[0]
         if len(idx) == pkt.nrows:
@@ -209,10 +244,15 @@ class Project(StreamOperator):
         self.in_schema = schema
         self.exprs = [(name, Compiled(e, schema, name)) for name, e in exprs]
         self.schema = Schema([c.field(name) for name, c in self.exprs])
+        self.fused = codegen.evaluate([e for _, e in exprs], schema)
 
     def on_packet(self, ctx, port, pkt):
         n = pkt.nrows
         out = ctx.new_packet(self.schema.spec, n)
+        if self.fused is not None and n:
+            self.fused(pkt.columns, [out.columns[name] for name, _ in self.exprs])
+            ctx.send("out", out)
+            return
         for name, c in self.exprs:
             np.copyto(out.columns[name], c(pkt.columns, n), casting="unsafe")
         ctx.send("out", out)
@@ -249,11 +289,12 @@ class Partition(StreamOperator):
     def __init__(self, schema: Schema, keys: list[Expr], n_outputs: int):
         self.schema = schema
         self.keys = [Compiled(k, schema) for k in keys]
+        self._km = KeyEvaluator(self.keys, schema)
         self.outputs = tuple(f"out{i}" for i in range(n_outputs))
 
     def on_packet(self, ctx, port, pkt):
         n = pkt.nrows
-        km = key_matrix([k(pkt.columns, n) for k in self.keys], n)
+        km = self._km(pkt.columns, n)
         part = K.partition_ids(km, len(self.outputs))
         order = np.argsort(part, kind="stable")
         bounds = np.searchsorted(part[order], np.arange(len(self.outputs) + 1))
@@ -309,6 +350,8 @@ class HashJoin(Operator):
         self.join_kind = join_kind
         self.bkeys = [Compiled(k, build_schema) for k in build_keys]
         self.pkeys = [Compiled(k, probe_schema) for k in probe_keys]
+        self._bkm = KeyEvaluator(self.bkeys, build_schema)
+        self._pkm = KeyEvaluator(self.pkeys, probe_schema)
         for b, p in zip(self.bkeys, self.pkeys):
             if (b.kind == "string") != (p.kind == "string") or (
                 b.kind == "string" and not b.dictionary.equals(p.dictionary)
@@ -332,7 +375,7 @@ class HashJoin(Operator):
 
     def _add_build(self, pkt) -> None:
         n = pkt.nrows
-        self._bkeyparts.append(key_matrix([k(pkt.columns, n) for k in self.bkeys], n))
+        self._bkeyparts.append(self._bkm(pkt.columns, n))
         if self._bcols.parts:
             self._bcols.add(pkt)
 
@@ -346,7 +389,7 @@ class HashJoin(Operator):
 
     def _probe(self, ctx, pkt) -> None:
         n = pkt.nrows
-        pk = key_matrix([k(pkt.columns, n) for k in self.pkeys], n)
+        pk = self._pkm(pkt.columns, n)
         cols = pkt.columns
         if self.join_kind == "inner":
             pidx, bidx = K.join_pairs(pk, self._bk, self._heads, self._nxt)
@@ -419,6 +462,7 @@ class HashAggregate(StreamOperator):
         self.mode = mode
         self.in_schema = schema
         self.keys = [(name, Compiled(e, schema, name)) for name, e in keys]
+        self._km = KeyEvaluator([c for _, c in self.keys], schema)
         self.partition_key = [name for name, _ in keys]
         self.key_fields = [c.field(name) for name, c in self.keys]
         self.aggs = []
@@ -488,6 +532,14 @@ class HashAggregate(StreamOperator):
         self.ngroups = 0
         self.frows = [st for st in self.states if st[3].kind == "f"]
         self.irows = [st for st in self.states if st[3].kind != "f"]
+        # the value expressions of each matrix, evaluated by one generated kernel
+        self._fused_values = {}
+        for dt, rows in ((np.float64, self.frows), (np.int64, self.irows)):
+            with_values = [r for r, st in enumerate(rows) if st[2] is not None]
+            if with_values:
+                k = codegen.evaluate([rows[r][2].expr for r in with_values], self.in_schema)
+                if k is not None:
+                    self._fused_values[dt] = (k, with_values)
         self.fops = np.array([self._OPS[u] for _, u, _, _ in self.frows], np.int64)
         self.iops = np.array([self._OPS[u] for _, u, _, _ in self.irows], np.int64)
         self.facc = self._fresh(self.frows, np.float64, self.cap // 2)
@@ -522,6 +574,10 @@ class HashAggregate(StreamOperator):
 
     def _values(self, rows, dt, cols, n):
         v = np.empty((len(rows), n), dt)
+        fused = self._fused_values.get(dt)
+        if fused is not None:
+            fused[0](cols, [v[r] for r in fused[1]])
+            return v
         for r, (_, upd, c, _) in enumerate(rows):
             if c is not None:
                 v[r] = c(cols, n)
@@ -532,7 +588,7 @@ class HashAggregate(StreamOperator):
         if n == 0:
             return
         cols = pkt.columns
-        km = key_matrix([c(cols, n) for _, c in self.keys], n)
+        km = self._km(cols, n)
         self._grow(self.ngroups + n)
         self.ngroups = K.groupby_aggregate(
             km, self.slots, self.gkeys, self.ngroups,
