@@ -269,3 +269,28 @@ def evaluate(exprs: list[Expr], schema: Schema) -> Evaluate | None:
         return Evaluate(exprs, schema)
     except Unsupported:
         return None
+
+
+_GATHERS: dict[tuple, object] = {}
+
+
+def gather_kernel(which: tuple[int, ...], n_index: int):
+    """``kernel(ix0.., src0.., out0.., a, b)``: ``out_j[t - a] = src_j[ix_{which[j]}[t]]``
+    for t in [a, b) -- every output column of a packet gathered in one nogil call, from
+    one of `n_index` index arrays (a join gathers probe and build columns with different
+    ones)."""
+    key = (which, n_index)
+    fn = _GATHERS.get(key)
+    if fn is None:
+        ix = ", ".join(f"x{k}" for k in range(n_index))
+        src = ", ".join(f"s{j}" for j in range(len(which)))
+        out = ", ".join(f"o{j}" for j in range(len(which)))
+        body = "\n".join(f"        o{j}[t - a] = s{j}[x{w}[t]]" for j, w in enumerate(which))
+        text = _PRELUDE + f'''
+@njit(nogil=True, cache=True)
+def kernel({ix}, {src}, {out}, a, b):
+    for t in range(a, b):
+{body}
+'''
+        fn = _GATHERS[key] = _load(text).kernel
+    return fn

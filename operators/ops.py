@@ -40,22 +40,26 @@ def send_columns(ctx, port: str, schema: Schema, cols: dict, n: int) -> None:
 
 def send_gather(ctx, port: str, schema: Schema, cols: dict, idx: np.ndarray, sources: dict | None = None) -> None:
     """Send rows ``cols[name][idx]`` (``sources[name]`` overrides which column and index
-    array feed output column `name`) in packets of the target size."""
+    array feed output column `name`) in packets of the target size; each packet is
+    filled by one generated gather kernel."""
     spec = schema.spec
     rows = ctx.rows_for(spec)
     n = len(idx)
+    srcs, ixs, which = [], [], []
+    for name in spec.names:
+        src, ix = sources[name] if sources and name in sources else (cols[name], idx)
+        for k, known in enumerate(ixs):
+            if known is ix:
+                break
+        else:
+            k = len(ixs)
+            ixs.append(ix)
+        srcs.append(src)
+        which.append(k)
+    kernel = codegen.gather_kernel(tuple(which), len(ixs))
     for a, b in _chunks(n, rows):
         pkt = ctx.new_packet(spec, b - a)
-        for name, dt in zip(spec.names, spec.dtypes):
-            if sources and name in sources:
-                src, ix = sources[name]
-            else:
-                src, ix = cols[name], idx
-            out = pkt.columns[name]
-            if src.dtype == dt:
-                src.take(ix[a:b], out=out)
-            else:
-                out[:] = src[ix[a:b]]
+        kernel(*ixs, *srcs, *[pkt.columns[nm] for nm in spec.names], a, b)
         ctx.send(port, pkt)
 
 
