@@ -66,9 +66,19 @@ def _cmd_experiment(sub):
     p.set_defaults(func=experiment_cli.run)
 
 
+def _cmd_spark(sub):
+    from experiments import spark_cli
+
+    p = sub.add_parser("spark", help="the Spark pipeline: datagen, run, report, bench (local[*] or a cluster)",
+                       description="Scale out with Spark: partitioned TPC-H data, queries fanned out to executors "
+                       "(each runs one Scheduler), experiment reports over many runs and hosts.")
+    spark_cli.add_arguments(p)
+    p.set_defaults(func=spark_cli.run)
+
+
 # Subcommands, in the order of `bobox --help`. Each entry adds a parser whose defaults
 # carry `func(args) -> int`.
-SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench, _cmd_experiment]
+SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench, _cmd_experiment, _cmd_spark]
 
 
 def build_parser() -> argparse.ArgumentParser:

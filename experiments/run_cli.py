@@ -81,11 +81,28 @@ def run(args) -> int:
 
 def add_datagen_arguments(p) -> None:
     p.add_argument("--sf", type=float, default=0.1, metavar="X", help="scale factor (default 0.1)")
-    p.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>, with --spark "
+                   "data/tpch-sf<SF>-spark)")
+    p.add_argument("--spark", action="store_true",
+                   help="generate with Spark, partitioned for the executors (as bobox spark datagen)")
+    p.add_argument("--partitions", type=int, metavar="P",
+                   help="with --spark: data partitions (default: one per executor and NUMA node)")
+    p.add_argument("--master", metavar="URL", help="with --spark: Spark master (default local[*])")
 
 
 def datagen_cmd(args) -> int:
-    _check_positive(sf=args.sf)
+    _check_positive(sf=args.sf, partitions=args.partitions)
+    if args.spark:
+        from .spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, spark_datagen
+
+        path = spark_datagen(args.sf, args.out or default_spark_data_dir(args.sf), master=args.master or DEFAULT_MASTER,
+                             partitions=args.partitions)
+        print(path)
+        return 0
+    if args.partitions is not None or args.master is not None:
+        from bobox_sched.errors import BoboxError
+
+        raise BoboxError("--partitions and --master need --spark")
     from operators.data import datagen
 
     from .workload import default_data_dir
