@@ -206,7 +206,9 @@ class Lit(Expr):
         return repr(self.value)
 
 
-class Arith(Expr):
+class _Binary(Expr):
+    """An operator `op` with two operands."""
+
     def __init__(self, op, a, b):
         self.op, self.a, self.b = op, a, b
 
@@ -217,26 +219,16 @@ class Arith(Expr):
         return f"({self.a} {self.op} {self.b})"
 
 
-class Cmp(Expr):
-    def __init__(self, op, a, b):
-        self.op, self.a, self.b = op, a, b
-
-    def children(self):
-        return (self.a, self.b)
-
-    def __repr__(self):
-        return f"({self.a} {self.op} {self.b})"
+class Arith(_Binary):
+    """+ - * / (division always gives floats)."""
 
 
-class Logic(Expr):
-    def __init__(self, op, a, b):
-        self.op, self.a, self.b = op, a, b
+class Cmp(_Binary):
+    """== != < <= > >= (strings compare by dictionary code, which is string order)."""
 
-    def children(self):
-        return (self.a, self.b)
 
-    def __repr__(self):
-        return f"({self.a} {self.op} {self.b})"
+class Logic(_Binary):
+    """and / or."""
 
 
 class Not(Expr):

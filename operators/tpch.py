@@ -15,11 +15,15 @@ from .expr import case, col, date
 REV = col("l_extendedprice") * (1 - col("l_discount"))
 
 
+def q1_lineitem(q: Query):
+    """Q1's input: line items shipped by 1998-09-02 (delta = 90 days)."""
+    return q.scan("lineitem", ["l_returnflag", "l_linestatus", "l_quantity", "l_extendedprice", "l_discount",
+                               "l_tax", "l_shipdate"], where=col("l_shipdate") <= date("1998-09-02"))
+
+
 def q1(data, parallel=1):
     q = Query(data, "q1", parallel)
-    li = q.scan("lineitem", ["l_returnflag", "l_linestatus", "l_quantity", "l_extendedprice", "l_discount", "l_tax",
-                             "l_shipdate"], where=col("l_shipdate") <= date("1998-09-02"))
-    agg = li.aggregate(
+    agg = q1_lineitem(q).aggregate(
         ["l_returnflag", "l_linestatus"],
         [
             ("sum_qty", "sum", col("l_quantity")),
@@ -91,24 +95,35 @@ def q6(data, parallel=1):
     return q.collect(agg, ["revenue"])
 
 
-def q10(data, parallel=1):
-    q = Query(data, "q10", parallel)
+def q10_revenue_per_customer(q: Query):
+    """Q10's lost revenue per customer (o_custkey, revenue): returned items of orders of
+    1993-Q4. c_custkey determines the other grouping columns, so the plan aggregates
+    first and joins the customer details to the (few) groups afterwards."""
     orders = q.scan("orders", ["o_orderkey", "o_custkey", "o_orderdate"],
                     where=(col("o_orderdate") >= date("1993-10-01")) & (col("o_orderdate") < date("1994-01-01")))
     li = q.scan("lineitem", ["l_orderkey", "l_extendedprice", "l_discount", "l_returnflag"],
                 where=col("l_returnflag") == "R")
     j = li.join(orders, [("l_orderkey", "o_orderkey")], columns=["o_custkey"], strategy="shuffle")
-    # c_custkey determines the other grouping columns: aggregate first, then join them in
-    per_cust = j.aggregate(["o_custkey"], [("revenue", "sum", REV)])
+    return j.aggregate(["o_custkey"], [("revenue", "sum", REV)])
+
+
+def q10_top_customers(q: Query, per_cust):
+    """Customer and nation details of the per-customer revenues, top 20 by revenue."""
     cust = q.scan("customer", ["c_custkey", "c_name", "c_acctbal", "c_address", "c_phone", "c_comment",
                                "c_nationkey"], parallel=1)
     nation = q.scan("nation", ["n_nationkey", "n_name"], parallel=1)
     c = per_cust.join(cust, [("o_custkey", "c_custkey")],
                       columns=["c_custkey", "c_name", "c_acctbal", "c_address", "c_phone", "c_comment", "c_nationkey"])
     c = c.join(nation, [("c_nationkey", "n_nationkey")], columns=["n_name"])
-    out = c.sort([("revenue", "desc")], limit=20)
-    return q.collect(out, ["c_custkey", "c_name", "revenue", "c_acctbal", "n_name", "c_address", "c_phone",
-                           "c_comment"])
+    return c.sort([("revenue", "desc")], limit=20)
+
+
+Q10_COLUMNS = ["c_custkey", "c_name", "revenue", "c_acctbal", "n_name", "c_address", "c_phone", "c_comment"]
+
+
+def q10(data, parallel=1):
+    q = Query(data, "q10", parallel)
+    return q.collect(q10_top_customers(q, q10_revenue_per_customer(q)), Q10_COLUMNS)
 
 
 def q12(data, parallel=1):
@@ -125,16 +140,23 @@ def q12(data, parallel=1):
     return q.collect(agg.sort(["l_shipmode"]), ["l_shipmode", "high_line_count", "low_line_count"])
 
 
-def q14(data, parallel=1):
-    q = Query(data, "q14", parallel)
+def q14_sums(q: Query):
+    """Q14's two sums (promo, total) over September 1995's line items."""
     li = q.scan("lineitem", ["l_partkey", "l_extendedprice", "l_discount", "l_shipdate"],
                 where=(col("l_shipdate") >= date("1995-09-01")) & (col("l_shipdate") < date("1995-10-01")))
     part = q.scan("part", ["p_partkey", "p_type"])
     j = li.join(part, [("l_partkey", "p_partkey")], columns=["p_type"], strategy="shuffle")
-    agg = j.aggregate([], [("promo", "sum", case([(col("p_type").like("PROMO%"), REV)], 0.0)),
-                           ("total", "sum", REV)])
-    out = agg.project(promo_revenue=100.0 * col("promo") / col("total"))
-    return q.collect(out, ["promo_revenue"])
+    return j.aggregate([], [("promo", "sum", case([(col("p_type").like("PROMO%"), REV)], 0.0)),
+                            ("total", "sum", REV)])
+
+
+def q14_ratio(sums):
+    return sums.project(promo_revenue=100.0 * col("promo") / col("total"))
+
+
+def q14(data, parallel=1):
+    q = Query(data, "q14", parallel)
+    return q.collect(q14_ratio(q14_sums(q)), ["promo_revenue"])
 
 
 def q18(data, parallel=1):

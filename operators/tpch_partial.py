@@ -43,7 +43,7 @@ from bobox_sched import Plan
 
 from . import tpch
 from .builder import Query
-from .expr import case, col, date
+from .expr import col
 from .tpch_sql import output_columns
 
 REV = tpch.REV
@@ -104,9 +104,7 @@ _Q1_SUMS = ["sum_qty", "sum_base_price", "sum_disc_price", "sum_charge", "sum_di
 
 def _q1_partial(data, parallel=1):
     q = Query(data, "q1-partial", parallel)
-    li = q.scan("lineitem", ["l_returnflag", "l_linestatus", "l_quantity", "l_extendedprice", "l_discount", "l_tax",
-                             "l_shipdate"], where=col("l_shipdate") <= date("1998-09-02"))
-    agg = li.aggregate(
+    agg = tpch.q1_lineitem(q).aggregate(
         ["l_returnflag", "l_linestatus"],
         [
             ("sum_qty", "sum", col("l_quantity")),
@@ -134,50 +132,32 @@ def _q1_combine(partials, data, parallel=1):
 
 
 def _q10_partial(data, parallel=1):
-    q = Query(data, "q10-partial", parallel)
-    orders = q.scan("orders", ["o_orderkey", "o_custkey", "o_orderdate"],
-                    where=(col("o_orderdate") >= date("1993-10-01")) & (col("o_orderdate") < date("1994-01-01")))
-    li = q.scan("lineitem", ["l_orderkey", "l_extendedprice", "l_discount", "l_returnflag"],
-                where=col("l_returnflag") == "R")
-    j = li.join(orders, [("l_orderkey", "o_orderkey")], columns=["o_custkey"], strategy="shuffle")
     # A customer's orders spread over partitions: per-customer sums here, summed again
     # (then ranked) by the combine.
-    return q.collect(j.aggregate(["o_custkey"], [("revenue", "sum", REV)]), ["o_custkey", "revenue"])
+    q = Query(data, "q10-partial", parallel)
+    return q.collect(tpch.q10_revenue_per_customer(q), ["o_custkey", "revenue"])
 
 
 def _q10_combine(partials, data, parallel=1):
     q = Query(data, "q10-combine", parallel)
     per_cust = q.values(partials).aggregate(["o_custkey"], [("revenue", "sum", col("revenue"))])
-    cust = q.scan("customer", ["c_custkey", "c_name", "c_acctbal", "c_address", "c_phone", "c_comment",
-                               "c_nationkey"], parallel=1)
-    nation = q.scan("nation", ["n_nationkey", "n_name"], parallel=1)
-    c = per_cust.join(cust, [("o_custkey", "c_custkey")],
-                      columns=["c_custkey", "c_name", "c_acctbal", "c_address", "c_phone", "c_comment", "c_nationkey"])
-    c = c.join(nation, [("c_nationkey", "n_nationkey")], columns=["n_name"])
-    return q.collect(c.sort([("revenue", "desc")], limit=20), output_columns("q10"))
+    return q.collect(tpch.q10_top_customers(q, per_cust), output_columns("q10"))
 
 
 # -- Q14 ----------------------------------------------------------------------------------
 
 
 def _q14_partial(data, parallel=1):
-    q = Query(data, "q14-partial", parallel)
-    li = q.scan("lineitem", ["l_partkey", "l_extendedprice", "l_discount", "l_shipdate"],
-                where=(col("l_shipdate") >= date("1995-09-01")) & (col("l_shipdate") < date("1995-10-01")))
-    part = q.scan("part", ["p_partkey", "p_type"])
-    j = li.join(part, [("l_partkey", "p_partkey")], columns=["p_type"], strategy="shuffle")
     # The ratio of sums is not a sum of ratios: ship both sums, divide in the combine.
-    agg = j.aggregate([], [("promo", "sum", case([(col("p_type").like("PROMO%"), REV)], 0.0)),
-                           ("total", "sum", REV)])
-    return q.collect(agg, ["promo", "total"])
+    q = Query(data, "q14-partial", parallel)
+    return q.collect(tpch.q14_sums(q), ["promo", "total"])
 
 
 def _q14_combine(partials, data, parallel=1):
     q = Query(data, "q14-combine", parallel)
     v = _non_null(q.values(partials), ["promo", "total"])
     agg = v.aggregate([], [("promo", "sum", col("promo")), ("total", "sum", col("total"))])
-    out = agg.project(promo_revenue=100.0 * col("promo") / col("total"))
-    return q.collect(out, output_columns("q14"))
+    return q.collect(tpch.q14_ratio(agg), output_columns("q14"))
 
 
 # -- the table ----------------------------------------------------------------------------
