@@ -92,7 +92,8 @@ def run(args) -> int:
         print(f"geomean ratio (bobox 1 worker / DuckDB 1 thread): {r['geomean_ratio']:.2f} on Parquet, "
               f"{r['geomean_ratio_mem']:.2f} on in-memory tables")
         print(f"concurrent mix of {r['mix_requests']} requests: 1 worker {r['mix_t1_s']} s, {r['workers']} workers "
-              f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core)")
+              f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core); "
+              f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
     elif args.bench == "idle":
         _positive(args, "seconds")
         r = bench_idle(args.seconds, args.policy)

@@ -274,7 +274,7 @@ def packet_sizes(topo: T.Topology, quick: bool) -> list[int]:
 
 
 def exp_packet_size(ctx: Ctx) -> dict:
-    from .workload import build_plans
+    from .workload import build_plans, choose_parallel
 
     rec = Recorder(ctx, "packet-size")
     queries = _mix_queries(ctx)
@@ -285,7 +285,7 @@ def exp_packet_size(ctx: Ctx) -> dict:
     tput = {}
     for ps in sizes:
         with _scheduler(ctx, packet_bytes=ps) as s:
-            plans = build_plans(queries, data, len(s.workers))
+            plans = build_plans(queries, data, choose_parallel(copies * len(queries), len(s.workers)))
             _timed_mix(s, plans, 1)  # warm-up: kernels and this size's pools
             for r in range(ctx.repeat):
                 wall, st = _timed_mix(s, plans, copies)
@@ -344,7 +344,7 @@ def exp_numa_placement(ctx: Ctx) -> dict:
         rec.write()
         write_section(ctx, "numa-placement", "Figure 2: memory placement", f"Skipped: {reason}.\n")
         return {"skipped": True, "reason": reason}
-    from .workload import build_plans
+    from .workload import build_plans, choose_parallel
 
     queries = _mix_queries(ctx)
     copies = 2 if ctx.quick else 4
@@ -353,7 +353,7 @@ def exp_numa_placement(ctx: Ctx) -> dict:
     times = {}
     for mode in ("local", "remote"):
         with _scheduler(ctx, memory=mode, balance_interval=None) as s:
-            plans = build_plans(queries, data, len(s.workers))
+            plans = build_plans(queries, data, choose_parallel(copies * len(queries), len(s.workers)))
             _timed_mix(s, plans, 1)
             for r in range(ctx.repeat):
                 wall, _ = _timed_mix(s, plans, copies)
@@ -391,7 +391,7 @@ def mixes(quick: bool) -> list[tuple[int, int]]:
 def exp_schedulers(ctx: Ctx) -> dict:
     from operators import tpch
 
-    from .workload import build_plans
+    from .workload import build_plans, choose_parallel, run_mix
 
     rec = Recorder(ctx, "schedulers")
     data = ctx.data
@@ -405,12 +405,14 @@ def exp_schedulers(ctx: Ctx) -> dict:
     steps = {}
     for name, kw in series:
         with _scheduler(ctx, **kw) as s:
-            plans = build_plans(queries, data, len(s.workers))
-            from .workload import run_mix
-
-            run_mix(s, plans, 1, check_equal=False)
+            by_par = {}
             for n, m in ms:
                 k = n * m
+                par = choose_parallel(k, len(s.workers))
+                if par not in by_par:
+                    by_par[par] = build_plans(queries, data, par)
+                    run_mix(s, by_par[par], 1, check_equal=False)  # warm-up
+                plans = by_par[par]
                 # k requests, the mix's queries in turn (the paper: N x M copies of one plan)
                 chosen = {f"{queries[i % len(queries)]}#{i}": plans[queries[i % len(queries)]] for i in range(k)}
                 for r in range(ctx.repeat):

@@ -28,7 +28,8 @@ def add_run_arguments(p) -> None:
     p.add_argument("--concurrency", type=int, default=2, metavar="N", help="N in N x M concurrent copies (default 2)")
     p.add_argument("--repeat", type=int, default=2, metavar="M", help="M in N x M concurrent copies (default 2)")
     p.add_argument("--parallel", type=int, metavar="K",
-                   help="decompose each query K ways (default: the number of worker threads)")
+                   help="decompose each query K ways (default: 1 when there are at least as many requests as "
+                   "workers, else the number of workers)")
     add_scheduler_arguments(p)
     p.add_argument("--output", metavar="DIR", help="write each query's result to DIR/<query>.parquet")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -56,11 +57,12 @@ def run(args) -> int:
         raise BoboxError(f"unknown query {unknown[0]!r} (known: {', '.join(tpch.QUERIES)})")
     from bobox_sched import Scheduler
 
-    from .workload import build_plans, ensure_data, format_table, run_mix, write_results
+    from .workload import build_plans, choose_parallel, ensure_data, format_table, run_mix, write_results
 
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
     with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:
-        parallel = args.parallel or len(s.workers)
+        requests = len(queries) * args.concurrency * args.repeat
+        parallel = args.parallel or choose_parallel(requests, len(s.workers))
         print(f"data {data}; {len(queries)} queries x {args.concurrency}x{args.repeat} copies, parallel={parallel}, "
               f"policy {args.policy}, {len(s.workers)} workers on {len(s.topology.cpu_nodes)} node(s)",
               file=sys.stderr)
