@@ -198,9 +198,6 @@ class Packet:
         n = min(n, self.nrows)
         return Packet({k: v[:n] for k, v in self.columns.items()}, n, self.node)
 
-    def to_dict(self) -> dict:
-        return dict(self.columns)
-
     def __repr__(self) -> str:
         cols = ", ".join(f"{k}:{v.dtype}" for k, v in self.columns.items())
         return f"Packet({self.nrows} rows, {self.nbytes} B, node={self.node}, [{cols}])"
@@ -225,9 +222,6 @@ class PacketSpec:
         if r is None:
             r = self._rows[packet_bytes] = max(1, packet_bytes // self.row_bytes)
         return r
-
-    def as_dict(self) -> dict:
-        return dict(zip(self.names, self.dtypes))
 
 
 def as_spec(schema) -> PacketSpec:

@@ -20,7 +20,6 @@ without the lock only to decide that the balancer may idle.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 
@@ -316,8 +315,4 @@ class _LocalitySampler:
         worker.loc_local += int((pages == here).sum())
 
 
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-__all__ = ["Scheduler", "default_threads"]
+__all__ = ["Scheduler"]

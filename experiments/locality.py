@@ -662,9 +662,4 @@ def run_experiment(args) -> dict:
     return summary if args.name == "all" else summary[args.name]
 
 
-def load_csv(path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-__all__ = ["CSV_COLUMNS", "EXPERIMENTS", "load_csv", "run_experiment", "virtual_topology"]
+__all__ = ["CSV_COLUMNS", "EXPERIMENTS", "run_experiment", "virtual_topology"]

@@ -401,7 +401,7 @@ def _datagen_pieces(cfg: dict, indexes):
     import pyarrow.parquet as pq
     from pyspark import TaskContext
 
-    tmp, parts, sf = Path(cfg["tmp"]), cfg["partitions"], cfg["sf"]
+    tmp, parts = Path(cfg["tmp"]), cfg["partitions"]
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx else 0
     threads = max(1, ctx.cpus() if ctx else 1)

@@ -453,11 +453,6 @@ def _compile_cmp(e: Cmp, schema: Schema):
     return (lambda cols: uf(fa(cols), fb(cols))), "bool", None
 
 
-def evaluate(e: Expr, schema: Schema, cols: dict):
-    fn, kind, _ = compile_expr(e, schema)
-    return fn(cols)
-
-
 class Compiled:
     """An expression compiled once against a schema: call it with a columns dict."""
 

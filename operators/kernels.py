@@ -37,16 +37,6 @@ def _hash_row(keys, i):
     return h
 
 
-@njit(nogil=True, cache=True)
-def hash_rows(keys):
-    """uint64 hash of every row of `keys` (used to partition rows between operators)."""
-    n = keys.shape[1]
-    out = np.empty(n, np.uint64)
-    for i in range(n):
-        out[i] = _hash_row(keys, i)
-    return out
-
-
 @njit(nogil=True, cache=True, inline="always")
 def _rows_equal(a, i, b, j):
     for c in range(a.shape[0]):
@@ -143,34 +133,7 @@ def join_exists(pkeys, bkeys, heads, nxt):
 
 # ------------------------------------------------------------------------------------
 # group by: open addressing, table slots hold group ids; group keys stored per group
-
-
-@njit(nogil=True, cache=True)
-def groupby_insert(keys, slots, gkeys, ngroups):
-    """Assign a group id to every row of ``keys[k, m]``, adding new groups.
-
-    ``slots`` (power-of-two length) holds a group id or -1; ``gkeys[k, G]`` holds each
-    group's key. The caller guarantees room: ``ngroups + m <= len(slots) // 2`` and
-    ``gkeys.shape[1] >= ngroups + m``. Returns (group id per row, new ngroups)."""
-    m = keys.shape[1]
-    mask = np.uint64(slots.shape[0] - 1)
-    gids = np.empty(m, np.int64)
-    for i in range(m):
-        s = np.int64(_hash_row(keys, i) & mask)
-        while True:
-            g = slots[s]
-            if g == -1:
-                slots[s] = ngroups
-                for c in range(keys.shape[0]):
-                    gkeys[c, ngroups] = keys[c, i]
-                gids[i] = ngroups
-                ngroups += 1
-                break
-            if _rows_equal(keys, i, gkeys, g):
-                gids[i] = g
-                break
-            s = (s + 1) & np.int64(mask)
-    return gids, ngroups
+# (``groupby_aggregate`` below assigns groups and folds the aggregates in one pass)
 
 
 @njit(nogil=True, cache=True)
@@ -184,34 +147,6 @@ def groupby_rehash(gkeys, ngroups, cap):
             s = (s + 1) & np.int64(mask)
         slots[s] = g
     return slots
-
-
-@njit(nogil=True, cache=True)
-def agg_sum(gids, vals, acc):
-    for i in range(gids.shape[0]):
-        acc[gids[i]] += vals[i]
-
-
-@njit(nogil=True, cache=True)
-def agg_count(gids, acc):
-    for i in range(gids.shape[0]):
-        acc[gids[i]] += 1
-
-
-@njit(nogil=True, cache=True)
-def agg_min(gids, vals, acc):
-    for i in range(gids.shape[0]):
-        g = gids[i]
-        if vals[i] < acc[g]:
-            acc[g] = vals[i]
-
-
-@njit(nogil=True, cache=True)
-def agg_max(gids, vals, acc):
-    for i in range(gids.shape[0]):
-        g = gids[i]
-        if vals[i] > acc[g]:
-            acc[g] = vals[i]
 
 
 # ------------------------------------------------------------------------------------
@@ -280,20 +215,6 @@ def count_le(a, na, key, kcol):
     return lo
 
 
-@njit(nogil=True, cache=True)
-def count_lt(a, na, key, kcol):
-    """How many of the first `na` rows of sorted `a` are strictly < row `kcol` of `key`."""
-    lo = 0
-    hi = na
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _lex_le(key, kcol, a, mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 # ------------------------------------------------------------------------------------
 # partitioning
 
@@ -339,7 +260,11 @@ def groupby_aggregate(keys, slots, gkeys, ngroups, fv, fops, facc, iv, iops, iac
     """Group the rows of ``keys[k, m]`` (k may be 0: one global group) and fold value
     rows ``fv[j]`` (float64) / ``iv[j]`` (int64) into accumulators ``facc[j, g]`` /
     ``iacc[j, g]`` with ops ``fops[j]`` / ``iops[j]`` (0 sum, 1 min, 2 max, 3 count).
-    Same room precondition as ``groupby_insert``. Returns the new number of groups."""
+
+    ``slots`` (power-of-two length) holds a group id or -1; ``gkeys[k, G]`` holds each
+    group's key. The caller guarantees room: ``ngroups + m <= len(slots) // 2`` and
+    ``gkeys.shape[1] >= ngroups + m`` (and accumulators that wide). Returns the new
+    number of groups."""
     m = keys.shape[1] if keys.shape[0] else (fv.shape[1] if fv.shape[0] else iv.shape[1])
     k = keys.shape[0]
     mask = np.uint64(slots.shape[0] - 1)

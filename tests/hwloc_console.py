@@ -24,7 +24,7 @@ class _Obj:
     attrs: str
     depth: int
     children: list = field(default_factory=list)
-    parent: "._Obj | None" = None
+    parent: "_Obj | None" = None
 
 
 @dataclass

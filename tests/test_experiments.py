@@ -59,7 +59,7 @@ def test_outputs_exist_and_are_well_formed(all_quick, name):
     check_png(out / f"{name}.png")
     report = (out / "report.md").read_text()
     assert f"<!-- bobox:{name} -->" in report and f"<!-- /bobox:{name} -->" in report
-    assert f"![" in report and f"({name}.png)" in report
+    assert "![" in report and f"({name}.png)" in report
 
 
 def test_report_has_machine_and_every_section_once(all_quick):

@@ -288,6 +288,11 @@ def test_idle_workers_sleep():
         assert sum(len(n.idle) for n in s.policy.nodes) == len(s.workers)
 
 
+def test_map_returns_results_in_order(sched):
+    plans = [chain_plan(n, 10) for n in (10, 200, 3000)]
+    assert sched.map(plans, timeout=60) == [2 * sum(range(n)) for n in (10, 200, 3000)]
+
+
 def test_submit_from_many_threads(sched):
     plan = chain_plan(2000, 50)
     out = []
