@@ -643,6 +643,8 @@ def _partial_task(cfg: dict, items):
 
     from operators import tpch_partial
 
+    from .workload import choose_parallel
+
     items = list(items)
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber()
@@ -650,7 +652,9 @@ def _partial_task(cfg: dict, items):
     for part in sorted({p for _, p in items}):
         _trace(cfg, f"part-{part}", attempt)
     sched = _executor_scheduler(cfg["policy"], cfg["threads_per_node"], cfg["packet_bytes"], ctx.cpus())
-    parallel = len(sched.workers)
+    # the slice's requests run at once: decompose them only if they cannot keep every
+    # worker busy by themselves (as bobox run does)
+    parallel = choose_parallel(len(items), len(sched.workers))
     host = f"{socket.gethostname()}:{os.getpid()}"
     handles = []
     try:
@@ -1059,7 +1063,7 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
 
     from bobox_sched import Scheduler
 
-    from .workload import build_plans, run_mix
+    from .workload import build_plans, choose_parallel, run_mix
 
     names = check_queries(queries)
     if repeat < 1:
@@ -1073,7 +1077,7 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
 
     def run_local(sched):
         t = time.perf_counter()
-        plans = build_plans(names, data, len(sched.workers))
+        plans = build_plans(names, data, choose_parallel(len(names), len(sched.workers)))  # as bobox run
         res = run_mix(sched, plans, 1, progress=False)
         return time.perf_counter() - t, res.results
 
