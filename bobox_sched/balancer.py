@@ -42,15 +42,15 @@ def balance_once(policy) -> list[tuple]:
         unshared = [r for r in reqs if len(r.nodes) == 1]
         if len(reqs) > 1 and unshared:
             r = unshared[-1]  # newest (requests are kept oldest first)
-            policy.migrate(r, src, dst)
-            actions.append(("migrate", r.id, src.os_index, dst.os_index))
+            if policy.migrate(r, src, dst):
+                actions.append(("migrate", r.id, src.os_index, dst.os_index))
         else:
             candidates = [r for r in reqs if dst not in r.nodes]
             if not candidates:
                 continue
             r = candidates[-1]
-            policy.share(r, dst)
-            actions.append(("share", r.id, src.os_index, dst.os_index))
+            if policy.share(r, dst):
+                actions.append(("share", r.id, src.os_index, dst.os_index))
     return actions
 
 
@@ -98,5 +98,8 @@ class Balancer:
             if not any(n.idle for n in self.policy.nodes):
                 continue  # every CPU busy: nothing to balance (section 5.2)
             self.ticks += 1
-            for a in balance_once(self.policy):
-                self.log.append((round(time.perf_counter() - self._t0, 4),) + a)
+            try:
+                for a in balance_once(self.policy):
+                    self.log.append((round(time.perf_counter() - self._t0, 4),) + a)
+            except Exception as e:  # noqa: BLE001 - balancing is an optimisation: never die
+                sched._warn(f"balancer: {type(e).__name__}: {e}")

@@ -150,9 +150,15 @@ class NodePool:
         if account is not None:
             account.sub(nbytes)
         size = block.size
+        # Runs from _Lease.__del__, which the garbage collector may call while this very
+        # thread holds the lock: nothing allocated under it may start a collection (a
+        # new list would), so a size class's free list is made before taking it.
+        lst = self._free.get(size)
+        if lst is None:
+            lst = []
         with self._lock:
             if self._free_bytes + size <= self.max_free_bytes:
-                self._free.setdefault(size, []).append(block)
+                self._free.setdefault(size, lst).append(block)
                 self._free_bytes += size
 
     @property

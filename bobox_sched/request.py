@@ -62,6 +62,8 @@ class Request:
             op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
             ops[s]._bx_dst[si] = (ops[d], di)
+        # tasks run per locality step, one row per worker (each worker writes its own)
+        self.wsteps = [[0] * 5 for _ in scheduler.workers]
         self.migrations = 0
         self.shares = 0
         self.n_operators = len(ops)
@@ -88,17 +90,17 @@ class Request:
             self._end(self.DONE)
 
     def fail(self, exc: BaseException, op=None) -> None:
-        self.failed_operator = getattr(op, "name", None)
-        self._end(self.FAILED, exc)
+        self._end(self.FAILED, exc, getattr(op, "name", None))
 
     def cancel(self) -> bool:
         return self._end(self.CANCELLED, RequestCancelled(f"request {self.id} ({self.name}) was cancelled"))
 
-    def _end(self, state: str, exc: BaseException | None = None) -> bool:
+    def _end(self, state: str, exc: BaseException | None = None, failed_operator: str | None = None) -> bool:
         with self._lock:
             if self.state is not self.ACTIVE:
                 return False
             self.state = state
+            self.failed_operator = failed_operator
         self.t_end = time.perf_counter()
         self.final_nodes = [n.os_index for n in self.nodes]
         self.policy.request_done(self)
@@ -108,26 +110,27 @@ class Request:
         self.sources = []
         self.deferred.clear()
         if ops:
+            # Input buffers are guarded by the operator locks: drop them now. Outboxes
+            # belong to whichever thread may still be running the operator: that thread
+            # drops them (run_task sees the request is over).
             for op in ops.values():
-                op._bx_outbox.clear()
                 with op._bx_lock:
                     op._bx_inq = [deque() for _ in op._bx_inq]
                     op._bx_waiters = []
         results = self.results
-        if state == self.DONE:
-            if len(results) == 1:
-                value = next(iter(results.values()))
-            else:
-                value = results
-            self.future.set_result(value)
-        else:
+        if state != self.DONE:
             self.results = {}
             # Keep the traceback (file, line, function of every frame) but drop the
             # frames' local variables: they hold the packets and operator state that
             # the failed request must release.
             traceback.clear_frames(exc.__traceback__)
-            self.future.set_exception(exc)
+        # The scheduler forgets the request before the future completes: a done callback
+        # may call shutdown(), which waits for every request to be forgotten.
         self.scheduler._request_ended(self)
+        if state == self.DONE:
+            self.future.set_result(next(iter(results.values())) if len(results) == 1 else results)
+        else:
+            self.future.set_exception(exc)
         return True
 
     @property
@@ -174,7 +177,9 @@ class RequestHandle:
         return self._request.cancel()
 
     def add_done_callback(self, fn) -> None:
-        """Call ``fn(handle)`` when the request ends (at once if it has)."""
+        """Call ``fn(handle)`` when the request ends (at once if it has). It runs on the
+        worker thread that ended the request: keep it short and never wait in it for
+        another request (that worker counts as busy while it waits)."""
         self._request.future.add_done_callback(lambda _f: fn(self))
 
     @property

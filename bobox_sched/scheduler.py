@@ -111,7 +111,6 @@ class Scheduler:
         self._remote_of = {n: cpu_node_ids[(i + 1) % len(cpu_node_ids)] for i, n in enumerate(cpu_node_ids)}
         self._lock = threading.Lock()
         self._active: dict[int, Request] = {}
-        self._ended: list = []  # final stats of ended requests (for scheduler totals)
         self._next_id = 0
         self._closing = False
         self._stopping = False
@@ -161,7 +160,6 @@ class Scheduler:
     def _request_ended(self, req: Request) -> None:
         with self._lock:
             self._active.pop(req.id, None)
-            self._ended.append(req._final_stats)
             self.requests_done += 1
             stop = self._closing and not self._active
             if stop:
@@ -213,12 +211,7 @@ class Scheduler:
             warnings.warn(message, _topology.PinningWarning, 2)
 
     def _collect_request_stats(self, req: Request) -> dict:
-        steps = [0] * 5
-        for w in self.workers:
-            rs = w.req_steps.pop(req, None) if req.state != req.ACTIVE else w.req_steps.get(req)
-            if rs:
-                for k in range(5):
-                    steps[k] += rs[k]
+        steps = [sum(row[k] for row in req.wsteps) for k in range(5)]
         return {
             "id": req.id,
             "name": req.name,

@@ -11,12 +11,12 @@ policy decides which list it goes to:
 
 Protocol (who touches what, when):
 
-* ``op._bx_state``, ``op._bx_inq``, ``op._bx_closed``, ``op._bx_waiters`` are guarded by ``op._bx_lock``,
-  except one write: SCHEDULED -> RUNNING at the start of a run is done without the lock
-  by the one thread that popped the task. Nobody else moves the state out of SCHEDULED
-  (senders only read it, and SCHEDULED needs no action from them), and every packet a
-  sender appended before or after that write is seen by the end-of-run check, which does
-  take the lock.
+* ``op._bx_state``, ``op._bx_inq``, ``op._bx_closed``, ``op._bx_waiters`` are guarded by
+  ``op._bx_lock``. SCHEDULED -> RUNNING at the start of a run is done by the one thread
+  that popped the task, under the lock: a sender then either saw SCHEDULED and put its
+  packet or end of stream in before the run started (the run sees it), or saw RUNNING and
+  made the state RUNNING_SCHEDULED (the operator runs again). Nothing is missed, not even
+  an end of stream, which changes no buffer.
 * ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed`` belong to the
   thread running the operator; only it touches them, and only one thread runs an
   operator at a time (RUNNING / RUNNING_SCHEDULED are exclusive).
@@ -137,7 +137,8 @@ def run_task(worker, op) -> None:
         op._bx_outbox.clear()
         return
     worker.last_req = req
-    op._bx_state = RUNNING  # see the protocol: the one unlocked transition
+    with op._bx_lock:
+        op._bx_state = RUNNING  # from SCHEDULED: only the thread that popped the task
     ctx = worker.ctx
     ctx.op = op
     try:

@@ -38,7 +38,6 @@ class Worker:
         # metrics, written by this thread only
         self.steps = [0] * 6  # index 1..5 = locality step that found the task / slept
         self.last_step = 0  # step that found the task being run (set by the policy)
-        self.req_steps: dict = {}  # request -> [0]*5, tasks per step for that request
         self.tasks = 0
         self.steals = 0
         self.sleeps = 0
@@ -81,17 +80,18 @@ class Worker:
         self._bind_to_node()
         next_task = self.scheduler.policy.next_task
         clock = time.perf_counter_ns
-        req_steps = self.req_steps
+        wid = self.id
         while True:
-            op = next_task(self)
+            try:
+                op = next_task(self)
+            except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
+                self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e}")
+                continue
             if op is None:
                 return
             self.tasks += 1
             req = op._bx_req
-            rs = req_steps.get(req)
-            if rs is None:
-                rs = req_steps[req] = [0, 0, 0, 0, 0]
-            rs[self.last_step] += 1
+            req.wsteps[wid][self.last_step] += 1  # this worker's row: no other writer
             t0 = clock()
             try:
                 run_task(self, op)
@@ -100,4 +100,4 @@ class Worker:
             self.busy_ns += clock() - t0
             # Drop our references before possibly sleeping in next_task: a sleeping
             # worker must not pin the last request's operators and packets.
-            op = req = rs = None
+            op = req = None

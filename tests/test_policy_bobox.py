@@ -266,3 +266,63 @@ def test_request_done_removes_it_everywhere(threads):
     assert r.nodes == [] and all(r not in n.requests for n in p.nodes)
     p.push_deferred(r, Op(r, "late"), None)  # dropped: nothing evaluates it any more
     assert not r.deferred
+
+
+class _AppendHook(deque):
+    """A deferred list that runs `before` (once) just before its first append: forces
+    an interleaving between reading ``request.nodes`` and appending the task."""
+
+    def __init__(self, before):
+        super().__init__()
+        self.before = before
+
+    def append(self, x):
+        if self.before is not None:
+            fn, self.before = self.before, None
+            fn()
+        super().append(x)
+
+
+def test_migration_between_reading_nodes_and_appending_still_wakes_the_new_node():
+    p = make_policy(nodes=2, threads=1)
+    src, dst = p.nodes
+    (ws,), (wd,) = src.workers, dst.workers
+    assert p.try_sleep(ws) and p.try_sleep(wd)
+    r = Req(p, 0)
+
+    def balancer_moves_it():
+        assert p.migrate(r, src, dst)  # wakes wd, which finds nothing yet and sleeps again
+        assert p.find_task(wd) is None and p.try_sleep(wd)
+
+    r.deferred = _AppendHook(balancer_moves_it)
+    woken = wd.park.releases
+    p.push_deferred(r, Op(r, "source"), None)
+    assert wd.park.releases == woken + 2  # the migration woke dst, then the pusher did again
+    assert p.find_task(wd).label == "source"
+
+
+def test_request_ending_during_share_is_not_put_back():
+    import threading
+
+    p = make_policy(nodes=2, threads=1)
+    src, dst = p.nodes
+    r = Req(p, 0)
+    ender = threading.Thread(target=lambda: (setattr(r, "state", "cancelled"), p.request_done(r)))
+    orig = dst.add_request
+
+    def add_then_end(req):
+        orig(req)
+        ender.start()  # the request ends on another thread right now
+        ender.join(0.2)  # it must wait for the membership lock the share holds
+
+    dst.add_request = add_then_end
+    p.share(r, dst)
+    ender.join(5)
+    assert r.nodes == [] and r not in dst.requests and r not in src.requests
+
+
+def test_sleep_refused_once_stopping():
+    p = make_policy(nodes=1, threads=1)
+    (w,) = p.nodes[0].workers
+    p.scheduler._stopping = True
+    assert p.try_sleep(w) is False and p.nodes[0].idle == []

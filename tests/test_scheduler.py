@@ -321,3 +321,65 @@ def test_workers_survive_a_topology_with_nodes_this_machine_lacks():
         hs = [s.submit(chain_plan(3000, 50), node=0) for _ in range(6)]
         assert [h.result(60) for h in hs] == [2 * sum(range(3000))] * 6
         assert all(w.thread.is_alive() for w in s.workers)
+
+
+def test_shutdown_never_loses_a_sleeping_worker():
+    """Shutting down while workers are on their way to sleep (tiny GIL switch interval to
+    shake out the interleavings) must always end every worker."""
+    import sys
+
+    from test_policy_bobox import make_topology
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(150):
+            s = Scheduler(topology=make_topology(2, 2), threads_per_node=2, balance_interval=None, pin=False)
+            s.shutdown(wait=False)
+            for w in s.workers:
+                w.thread.join(10)
+                assert not w.thread.is_alive(), "a worker missed the shutdown"
+    finally:
+        sys.setswitchinterval(old)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_done_callback_may_call_shutdown(policy):
+    s = Scheduler(policy=policy)
+    h = s.submit(chain_plan(1000, 100))
+    returned = threading.Event()
+    h.add_done_callback(lambda _h: (s.shutdown(), returned.set()))
+    assert h.result(10) == 2 * sum(range(1000))
+    assert returned.wait(10) and not s._active
+
+
+def test_ended_requests_are_freed(sched):
+    import weakref
+
+    refs = []
+    for i in range(60):
+        if i % 2:
+            p = Plan("endless")
+            p.add("src", Endless)
+            p.add("sink", CountSink)
+            p.connect("src", "sink")
+            h = sched.submit(p)
+            time.sleep(0.002)
+            h.cancel()
+        else:
+            h = sched.submit(chain_plan(5000, 10, mid=(Boom,)))
+        with pytest.raises((RequestCancelled, KeyError)):
+            h.result(30)
+        refs.append(weakref.ref(h._request))
+        del h
+    sched.submit(chain_plan(100)).result(10)  # workers move on to other work
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive <= len(sched.workers)  # at most each worker's last request (ops dropped)
+
+
+def test_failed_operator_is_the_one_that_raised_first(sched):
+    h = sched.submit(chain_plan(100_000, 100, mid=(Boom, Double), name="twice"))
+    with pytest.raises(KeyError):
+        h.result(30)
+    assert h.failed_operator == "m0" and h.stats["failed_operator"] == "m0"

@@ -38,6 +38,7 @@ class BoboxPolicy(Policy):
         self.balance_interval = balance_interval
         self.balancer = Balancer(self, balance_interval) if balance_interval else None
         self._stats_lock = threading.Lock()
+        self._membership = threading.Lock()
         self.migrations = 0
         self.shares = 0
 
@@ -58,18 +59,27 @@ class BoboxPolicy(Policy):
         requests, then free memory (section 5.1)."""
         return max(self.nodes, key=lambda n: (len(n.idle), -len(n.requests), n.free_memory(), -n.os_index))
 
+    # Which nodes evaluate a request (``request.nodes``, replaced copy-on-write, and each
+    # node's ``requests``) changes only under ``_membership``: placement, migration,
+    # sharing and the end of a request are serialised, so an ended request can never be
+    # put back on a node. Lock order: ``_membership``, then node locks by OS index.
+
     def place(self, request, node_id: int | None = None) -> None:
         node = self.choose_node() if node_id is None else self.by_id[node_id]
-        with node.lock:
-            node.add_request(request)
-        request.nodes = [node]
+        with self._membership:
+            if request.state is not request.ACTIVE:
+                return  # cancelled by a concurrent shutdown(cancel=True)
+            with node.lock:
+                node.add_request(request)
+            request.nodes = [node]
 
     def request_done(self, request) -> None:
-        nodes = request.nodes
-        request.nodes = []
-        for node in nodes:
-            with node.lock:
-                node.remove_request(request)
+        with self._membership:
+            nodes = request.nodes
+            request.nodes = []
+            for node in nodes:
+                with node.lock:
+                    node.remove_request(request)
 
     # -- task creation -------------------------------------------------------------------
     def push_immediate(self, worker, op) -> None:
@@ -92,6 +102,15 @@ class BoboxPolicy(Policy):
             request.deferred.append((op, node))
         if node.idle:
             self._wake(node, False)
+        if request.nodes is not nodes:
+            # Migrated, shared or ended between our read and our append: the node now
+            # responsible may have looked before the task was there. Wake whoever is
+            # responsible now (a migration after this point wakes its target itself).
+            if request.state is not request.ACTIVE:
+                request.deferred.clear()
+            for n in request.nodes:
+                if n.idle:
+                    self._wake(n, False)
 
     def _wake(self, node: NodeState, always: bool) -> bool:
         """Wake one sleeping worker of `node` if the sleeping rule says one must run
@@ -160,7 +179,9 @@ class BoboxPolicy(Policy):
         node = w.node
         with node.lock:
             node.idle.append(w)
-            if node.must_not_sleep():
+            # _stopping is set before wake_all takes this lock: either wake_all finds us
+            # in idle, or we see _stopping here and do not sleep (no lost shutdown).
+            if self.scheduler._stopping or node.must_not_sleep():
                 node.idle.remove(w)
                 return False
         w.steps[5] += 1
@@ -189,33 +210,38 @@ class BoboxPolicy(Policy):
                 w.park.release()
 
     # -- balancing -----------------------------------------------------------------------
-    def migrate(self, request, src: NodeState, dst: NodeState) -> None:
+    def migrate(self, request, src: NodeState, dst: NodeState) -> bool:
         """Move an unshared request to another node (its future deferred tasks and its
         place in the oldest-first order go with it; immediate tasks stay, they are hot
-        where they are)."""
+        where they are). False if the request ended or moved meanwhile."""
         first, second = sorted((src, dst), key=lambda n: n.os_index)
-        with first.lock, second.lock:
-            if request.nodes != [src]:
-                return
-            dst.add_request(request)
-            request.nodes = [dst]
-            src.remove_request(request)
+        with self._membership:
+            if request.state is not request.ACTIVE or request.nodes != [src]:
+                return False
+            with first.lock, second.lock:
+                dst.add_request(request)
+                request.nodes = [dst]
+                src.remove_request(request)
         request.migrations += 1
         with self._stats_lock:
             self.migrations += 1
         self._wake(dst, True)
+        return True
 
-    def share(self, request, dst: NodeState) -> None:
-        """Let `dst` evaluate `request` too; new deferred tasks go round-robin."""
-        with dst.lock:
-            if dst in request.nodes or not request.nodes:
-                return
-            dst.add_request(request)
+    def share(self, request, dst: NodeState) -> bool:
+        """Let `dst` evaluate `request` too; new deferred tasks go round-robin. False if
+        the request ended or changed meanwhile."""
+        with self._membership:
+            if request.state is not request.ACTIVE or dst in request.nodes or not request.nodes:
+                return False
+            with dst.lock:
+                dst.add_request(request)
             request.nodes = request.nodes + [dst]
         request.shares += 1
         with self._stats_lock:
             self.shares += 1
         self._wake(dst, True)
+        return True
 
     def start(self) -> None:
         if self.balancer is not None and len(self.nodes) > 1:
