@@ -456,14 +456,9 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
     driver and every executor (a local path in local mode, a shared file system on a
     cluster). Returns `out` as an absolute Path.
     """
-    from operators.data import DataError
+    from operators.data import DataError, check_sf
 
-    try:
-        sf = float(sf)
-    except (TypeError, ValueError):
-        raise DataError(f"scale factor must be a number, got {sf!r}") from None
-    if not math.isfinite(sf) or sf <= 0:
-        raise DataError(f"scale factor must be > 0, got {sf:g}")
+    sf = check_sf(sf)
     if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
         raise DataError(f"partitions must be a positive integer, got {partitions!r}")
     out = Path(out).expanduser().absolute()

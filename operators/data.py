@@ -152,6 +152,17 @@ def _check_existing(out: Path, sf: float, tool_name: str) -> bool:
     return True
 
 
+def check_sf(sf) -> float:
+    """A scale factor as a positive finite float, or a one-line DataError."""
+    try:
+        sf = float(sf)
+    except (TypeError, ValueError):
+        raise DataError(f"scale factor must be a number, got {sf!r}") from None
+    if not math.isfinite(sf) or sf <= 0:
+        raise DataError(f"scale factor must be > 0, got {sf:g}")
+    return sf
+
+
 def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str = "tpchgen-cli") -> Path:
     """Generate the 8 TPC-H tables at scale factor ``sf`` as Parquet into ``out``.
 
@@ -160,12 +171,7 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
     DataError for a bad sf, an ``out`` holding other data, a missing or failing generator.
     Returns ``out`` as a Path.
     """
-    try:
-        sf = float(sf)
-    except (TypeError, ValueError):
-        raise DataError(f"scale factor must be a number, got {sf!r}") from None
-    if not math.isfinite(sf) or sf <= 0:
-        raise DataError(f"scale factor must be > 0, got {sf:g}")
+    sf = check_sf(sf)
     out = Path(out).expanduser()
     tool_name = Path(tool).name
 

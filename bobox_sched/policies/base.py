@@ -62,3 +62,19 @@ class Policy:
 
     def stats(self) -> dict:
         return {}
+
+
+def steal(w, victims):
+    """Take the oldest task of the first worker in `victims` (in order) that has one;
+    records it as a steal (locality step 4) of `w`. None if all were empty."""
+    for other in victims:
+        if other.imm:
+            try:
+                op = other.imm.popleft()
+            except IndexError:  # emptied by its owner or another thief meanwhile
+                continue
+            w.last_step = 4
+            w.steps[4] += 1
+            w.steals += 1
+            return op
+    return None

@@ -23,7 +23,7 @@ import threading
 from ..balancer import Balancer
 from ..node import NodeState
 from ..worker import Worker
-from .base import Policy
+from .base import Policy, steal
 
 
 class BoboxPolicy(Policy):
@@ -160,17 +160,7 @@ class BoboxPolicy(Policy):
         n = len(workers)
         if n > 1:
             start = workers.index(w) + 1
-            for k in range(n - 1):
-                other = workers[(start + k) % n]
-                if other.imm:
-                    try:
-                        op = other.imm.popleft()
-                    except IndexError:
-                        continue
-                    w.last_step = 4
-                    w.steps[4] += 1
-                    w.steals += 1
-                    return op
+            return steal(w, (workers[(start + k) % n] for k in range(n - 1)))
         return None
 
     def try_sleep(self, w) -> bool:

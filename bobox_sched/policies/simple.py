@@ -22,7 +22,7 @@ import itertools
 import threading
 
 from ..worker import Worker
-from .base import Policy
+from .base import Policy, steal
 
 # "Constant without respecting the cache size": 64 KiB, a common fixed batch size of
 # stream engines of the paper's time, and a quarter of the paper machine's L2 -- so on
@@ -74,17 +74,7 @@ class SimplePolicy(Policy):
             pass
         workers = self.workers
         n = len(workers)
-        for k in range(1, n):
-            other = workers[(w.id + k) % n]
-            try:
-                op = other.imm.popleft()
-            except IndexError:
-                continue
-            w.last_step = 4
-            w.steps[4] += 1
-            w.steals += 1
-            return op
-        return None
+        return steal(w, (workers[(w.id + k) % n] for k in range(1, n)))
 
     def next_task(self, w):
         sem = self.sem
