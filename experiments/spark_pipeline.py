@@ -456,7 +456,7 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
     driver and every executor (a local path in local mode, a shared file system on a
     cluster). Returns `out` as an absolute Path.
     """
-    from operators.data import DataError, check_sf
+    from operators.data import DataError, check_sf, fmt_sf, publish, staging_dir
 
     sf = check_sf(sf)
     if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
@@ -469,9 +469,8 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
     spark = spark or spark_session(master)
     parts = partitions or default_partitions(spark)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    sf_text = str(int(sf)) if sf.is_integer() else repr(sf)
+    tmp = staging_dir(out)
+    sf_text = fmt_sf(sf)
     cfg = {"tmp": str(tmp), "partitions": parts, "sf": sf, "sf_text": sf_text, "tool": tool,
            "tool_hint": shutil.which(tool)}
     t0 = time.monotonic()
@@ -514,16 +513,9 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
             "views": views,
         }
         shutil.rmtree(tmp / "_work", ignore_errors=True)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        try:
-            if out.is_dir() and not any(out.iterdir()):
-                out.rmdir()
-            os.rename(tmp, out)
-        except OSError:
-            if _check_existing(out, sf, partitions):  # a concurrent datagen won the race
-                _say(progress, f"{out} was generated concurrently (kept that copy)")
-                return out
-            raise DataError(f"cannot move generated data into {out}") from None
+        if not publish(tmp, out, MANIFEST, manifest, lambda: _check_existing(out, sf, partitions)):
+            _say(progress, f"{out} was generated concurrently (kept that copy)")
+            return out
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -72,7 +72,7 @@ def _say(progress: bool, msg: str) -> None:
         print(f"datagen: {msg}", file=sys.stderr, flush=True)
 
 
-def _fmt_sf(sf: float) -> str:
+def fmt_sf(sf: float) -> str:
     """The scale factor as the generator's command line wants it (``1``, ``0.01``)."""
     return str(int(sf)) if float(sf).is_integer() else repr(float(sf))
 
@@ -152,6 +152,28 @@ def _check_existing(out: Path, sf: float, tool_name: str) -> bool:
     return True
 
 
+def staging_dir(out: Path) -> Path:
+    """A private sibling folder of `out` to generate into before publishing."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def publish(tmp: Path, out: Path, manifest_name: str, manifest: dict, already_there) -> bool:
+    """Write the manifest into `tmp`, then rename `tmp` to `out` (an empty `out` the user
+    made is replaced). False if the rename lost a race to a concurrent generation whose
+    result `already_there()` accepts: that copy is kept. DataError otherwise."""
+    (tmp / manifest_name).write_text(json.dumps(manifest, indent=2) + "\n")
+    try:
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        os.rename(tmp, out)
+        return True
+    except OSError:
+        if already_there():
+            return False
+        raise DataError(f"cannot move generated data into {out}") from None
+
+
 def check_sf(sf) -> float:
     """A scale factor as a positive finite float, or a one-line DataError."""
     try:
@@ -186,9 +208,8 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
         )
     gen_name, gen_version = _generator_version(tool, exe)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    cmd = [exe, "parquet", "-s", _fmt_sf(sf), "--output-dir", str(tmp)]
+    tmp = staging_dir(out)
+    cmd = [exe, "parquet", "-s", fmt_sf(sf), "--output-dir", str(tmp)]
     t0 = time.monotonic()
     _say(progress, f"generating TPC-H SF {sf:g} with {gen_name} {gen_version} into {out} ...")
     try:
@@ -213,21 +234,13 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
             "format": MANIFEST_FORMAT,
             "sf": sf,
             "generator": {"name": gen_name, "version": gen_version, "tool": tool_name},
-            "command": [tool_name, "parquet", "-s", _fmt_sf(sf), "--output-dir", str(out)],
+            "command": [tool_name, "parquet", "-s", fmt_sf(sf), "--output-dir", str(out)],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "tables": tables,
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        try:
-            if out.is_dir() and not any(out.iterdir()):
-                out.rmdir()  # an empty folder the user made for us
-            os.rename(tmp, out)
-        except OSError:
-            # Lost a race with a concurrent datagen into the same folder? Accept its result.
-            if _check_existing(out, sf, tool_name):
-                _say(progress, f"{out} was generated concurrently (kept that copy)")
-                return out
-            raise DataError(f"cannot move generated data into {out}") from None
+        if not publish(tmp, out, MANIFEST, manifest, lambda: _check_existing(out, sf, tool_name)):
+            _say(progress, f"{out} was generated concurrently (kept that copy)")
+            return out
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
