@@ -9,15 +9,16 @@ STAMP   = $(VENV)/.installed
 
 setup: $(STAMP)
 
-# System packages: libnuma (node-local memory), Java 17 (Spark), QEMU + a Debian kernel
-# (NUMA-VM test tier). Installed with apt-get when missing and we are root.
+# System packages: libnuma (node-local memory), Java 17 (Spark), QEMU, a Debian kernel and a
+# static busybox (NUMA-VM test tier), python3-venv where Debian's python3 lacks it. Installed
+# with apt-get when missing and we are root (scripts/install-system-packages.sh says why).
 system-packages:
-	@scripts/install-system-packages.sh
+	@scripts/install-system-packages.sh $(PYTHON)
 
 $(STAMP): pyproject.toml | system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,data]'
+	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
 run: setup

@@ -152,7 +152,8 @@ class Context:
         """An uninitialised packet of `nrows` rows with the columns of `schema` (a
         ``{name: dtype}`` dict, or a ``PacketSpec`` made once for speed), whose memory is
         on this worker's NUMA node (recycled when the packet dies)."""
-        return _packet.new_packet(self.scheduler._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes)
+        sched = self.scheduler
+        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes, sched.bytes)
 
     @property
     def packet_bytes(self) -> int:

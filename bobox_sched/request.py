@@ -53,7 +53,7 @@ class Request:
         self.nodes = []  # nodes evaluating this request (first = owner); set by the policy
         self.rr = 0  # round-robin cursor over `nodes` for new deferred tasks when shared
         self.results: dict = {}
-        self.bytes = ByteAccount(parent=scheduler.bytes)
+        self.bytes = ByteAccount()  # the scheduler's own account counts the same packets
         self.future: Future = Future()
         self.ops = ops
         self.sources = [op for op in ops.values() if not op.inputs]

@@ -279,8 +279,7 @@ class Scheduler:
 
     def reset_peak(self) -> None:
         """Restart peak-bytes tracking from the bytes held now (between experiments)."""
-        with self.bytes._lock:
-            self.bytes.peak = self.bytes.held
+        self.bytes.reset_peak()
 
 
 class _LocalitySampler:

@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bobox_sched.errors import BoboxError
+from bobox_sched.tools import find_tool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOG4J_CONFIG = Path(__file__).resolve().parent / "spark-log4j2.properties"
@@ -190,9 +191,14 @@ def spark_session(master: str = DEFAULT_MASTER, app: str = "bobox", conf: dict |
       core fighting for the same CPUs;
     * ``spark.python.worker.reuse``: Python workers, and the Scheduler, packet pools and
       loaded columns in them, live across tasks and jobs;
-    * executors run this interpreter (``spark.pyspark.python``) with the repository root
-      on ``PYTHONPATH``; nothing else is shipped (on a cluster, every host needs the same
-      checkout and environment at the same path);
+    * Python workers run this interpreter (``sys.executable``) with the repository root
+      on ``PYTHONPATH``, unless the user chose one (``PYSPARK_PYTHON`` in the environment
+      or ``spark.pyspark.python`` in `conf`). PySpark's driver decides the workers'
+      interpreter from ``PYSPARK_PYTHON`` alone (default: whatever ``python3`` is first
+      on PATH, which has none of our packages when no venv is activated), so the variable
+      is set in this process too. Nothing else is shipped: on a cluster, every host needs
+      the same checkout and environment at the same path (or ``PYSPARK_PYTHON`` naming an
+      interpreter with bobox-sched installed on every host);
     * quiet: no console progress bars, no web UI (set ``spark.ui.enabled`` in `conf` to
       get it), driver log level ``error`` (``spark-log4j2.properties``);
     * ``spark.sql.shuffle.partitions`` 4: only stage 3 uses Spark SQL shuffles, over a few
@@ -232,7 +238,12 @@ def spark_session(master: str = DEFAULT_MASTER, app: str = "bobox", conf: dict |
     elif executor_cores is not None:
         settings["spark.executor.cores"] = str(executor_cores)
         settings["spark.task.cpus"] = str(executor_cores)
+    user_python = os.environ.get("PYSPARK_PYTHON") or (conf or {}).get("spark.pyspark.python")
+    if user_python:
+        settings["spark.pyspark.python"] = str(user_python)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
+    # SparkContext reads the workers' interpreter from this variable, not from the conf.
+    os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     key = json.dumps(sorted(settings.items()))
 
     active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
@@ -368,8 +379,8 @@ def _check_existing(out: Path, sf: float, partitions: int | None) -> bool:
 
 def _find_tool(tool: str, hint: str | None) -> str:
     """The generator's path on this host: `hint` (the driver's) if it exists here, else
-    PATH, else next to this interpreter (pip installs console scripts there)."""
-    for cand in (hint, shutil.which(tool), str(Path(sys.executable).parent / tool)):
+    next to this interpreter, else PATH (``bobox_sched.tools.find_tool``)."""
+    for cand in (hint, find_tool(tool)):
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
     raise RuntimeError(f"TPC-H generator {tool!r} not found on host {socket.gethostname()}; "
@@ -472,7 +483,7 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
     tmp = staging_dir(out)
     sf_text = fmt_sf(sf)
     cfg = {"tmp": str(tmp), "partitions": parts, "sf": sf, "sf_text": sf_text, "tool": tool,
-           "tool_hint": shutil.which(tool)}
+           "tool_hint": find_tool(tool)}
     t0 = time.monotonic()
     _say(progress, f"generating TPC-H SF {sf:g} in {parts} partitions into {out} "
                    f"({parts + 1} Spark tasks, master {spark.sparkContext.master}) ...")

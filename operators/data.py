@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bobox_sched.errors import BoboxError
+from bobox_sched.tools import find_tool
 
 TABLES = ("lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region")
 MANIFEST = "_bobox_manifest.json"
@@ -201,10 +202,11 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
         _say(progress, f"{out} already holds TPC-H SF {sf:g} (cached)")
         return out
 
-    exe = shutil.which(tool)
+    exe = find_tool(tool)
     if exe is None:
         raise DataError(
-            f"TPC-H generator {tool!r} not found on PATH; install it with: pip install tpchgen-cli"
+            f"TPC-H generator {tool!r} not found next to {sys.executable} nor on PATH; "
+            "install it with: pip install tpchgen-cli"
         )
     gen_name, gen_version = _generator_version(tool, exe)
 

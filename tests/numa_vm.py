@@ -14,12 +14,14 @@ import glob
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bobox_sched.tools import find_tool, tool_env  # noqa: E402
 
 # A 4-node "ring-ish" matrix: neighbours 21, two hops 31, three hops 41 (QEMU needs one
 # value per unordered pair; the kernel reports the matrix symmetric).
@@ -36,19 +38,21 @@ def kernel_image() -> str | None:
 
 
 def unavailable_reason() -> str | None:
-    if not shutil.which("vng"):
+    if not find_tool("vng"):
         return "virtme-ng (vng) is not installed"
-    if not shutil.which("qemu-system-x86_64"):
+    if not find_tool("qemu-system-x86_64"):
         return "qemu-system-x86_64 is not installed"
     if not kernel_image():
         return "no kernel image in /boot (install linux-image-amd64)"
+    if not any(find_tool(b) for b in ("busybox-static", "busybox")):
+        return "no busybox (install busybox-static)"
     return None
 
 
 def vng_command(guest_cmd: str, nodes: int, distances: dict, cpus_per_node: int = 1,
                 mem_per_node_mb: int = 1024) -> list[str]:
     cmd = [
-        "vng", "--disable-kvm", "-r", kernel_image(),
+        find_tool("vng") or "vng", "--disable-kvm", "-r", kernel_image(),
         "--cpus", str(nodes * cpus_per_node),
         "-m", f"{nodes * mem_per_node_mb}M",
     ]
@@ -76,7 +80,7 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
     proc = subprocess.run(
         vng_command(guest, nodes, distances, cpus_per_node),
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env=tool_env(),
     )
     results = {}
     for line in proc.stdout.splitlines():

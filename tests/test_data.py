@@ -19,10 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bobox_sched.tools import find_tool
 from operators.data import MANIFEST, TABLES, Column, DataError, TableStore, datagen, find_tables, read_manifest
 from operators.tpch_sql import QUERIES, compare_tables, duckdb_answer, output_columns
 
-pytestmark = pytest.mark.skipif(shutil.which("tpchgen-cli") is None, reason="tpchgen-cli is not installed")
+# tpchgen-cli is a core dependency, found next to the interpreter (bobox_sched.tools).
+TPCHGEN = find_tool("tpchgen-cli")
 
 SF001_ROWS = {
     "lineitem": 60175,
@@ -54,7 +56,7 @@ def tpch_parts(tpch, tmp_path_factory) -> Path:
     """The same data set with lineitem split in 3 parts (DIR/lineitem/lineitem.<i>.parquet)."""
     dst = tmp_path_factory.mktemp("tpch_parts")
     subprocess.run(
-        ["tpchgen-cli", "parquet", "-s", "0.01", "--parts", "3", "--tables", "lineitem", "--output-dir", str(dst)],
+        [TPCHGEN, "parquet", "-s", "0.01", "--parts", "3", "--tables", "lineitem", "--output-dir", str(dst)],
         check=True,
         capture_output=True,
     )
