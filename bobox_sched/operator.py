@@ -6,9 +6,19 @@ guarantees it) and talks to other operators only through packets on its ports:
 * every input port has a bounded buffer (``Scheduler(buffer_packets=...)`` packets); a
   full buffer rejects a packet, which waits in the sender's outbox, and the sender is
   scheduled again (a deferred task) as soon as the receiver takes a packet out;
-* end of stream is a punctuation: ``ctx.close(port)`` delivers it after the packets
-  already sent on that port; ``ctx.at_eos(port)`` is true once it arrived and the buffer
-  is drained. Sources may be unbounded;
+* end of stream is the *final* punctuation: ``ctx.close(port)`` delivers it after the
+  packets already sent on that port; ``ctx.at_eos(port)`` is true once it arrived and
+  the buffer is drained. Sources may be unbounded (a request on one ends by
+  ``cancel()``, or when its sources close their outputs);
+* other punctuations (``bobox_sched.stream.punct``: window ends, region pulses, latency
+  markers, batch ends) travel in the buffers in order with the packets. On an input an
+  operator declares *oblivious* (the default) the runtime handles them inside
+  ``ctx.recv``: forwarded on every output declared ``"preserves"`` (the default of a
+  one-input operator), dropped otherwise; pulses and latency markers always pass
+  through. On an *expecting* input ``ctx.recv`` returns them to the operator. An operator
+  whose outputs preserve punctuations must send a packet's outputs before it takes the
+  next item of that input (packet-at-a-time, as ``StreamOperator`` does), so that a
+  forwarded punctuation follows them;
 * an operator must keep consuming every input while it waits for another one (a hash
   join stashes probe packets until its build side ended). With that rule and bounded
   buffers, a DAG of operators cannot deadlock: the sinks always drain.
@@ -41,19 +51,27 @@ class Operator:
 
     ``inputs`` / ``outputs``
         port names; every port must be connected exactly once in a plan.
-    ``kind``
-        ``"stateless"``, ``"partitioned"`` (state per key; ``partition_key`` names it) or
-        ``"stateful"``: what later policies (parallel regions, elastic scheduling) may do
-        with the operator.
+    ``state``, ``selectivity_bound``, ``forwarding``, ``punct_in``, ``punct_out``,
+    ``max_parallelism``, ``emit_order``, ``fuse_with``
+        the operator model (``bobox_sched.stream.model``): what the plan analysers and
+        policies may do with the operator. Undeclared means *unknown*: nothing is
+        parallelised that was not declared safe.
+    ``kind`` / ``partition_key``
+        the older form of ``state``: ``"stateless"``, ``"partitioned"`` (with
+        ``partition_key``) or ``"stateful"``; None (the default) is unknown.
     ``selectivity``
-        expected output rows per input row, when known (None otherwise).
+        expected output rows per input row, when known (None otherwise): a cost-model
+        hint, not a bound.
     """
 
     inputs: tuple = ()
     outputs: tuple = ()
-    kind: str = "stateless"
+    kind: str | None = None
     partition_key = None
     selectivity: float | None = None
+    # Runtime-internal operators (splitters, mergers) that must see pulses and latency
+    # markers themselves instead of having the runtime forward them.
+    control_aware: bool = False
 
     def process(self, ctx: "Context") -> None:
         raise NotImplementedError(f"{type(self).__name__}.process")
@@ -78,8 +96,13 @@ class Operator:
         self._bx_outclosed = [False] * len(self.outputs)
         self._bx_outbox = deque()  # (port index, packet or EOS); touched by the running thread only
         self._bx_waiters = []  # senders whose packet this operator's full buffer rejected
-        self._bx_resched = False  # process() asked for a deferred re-run
+        self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
         self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+        # Punctuation handling per input (see the module doc), from the operator model.
+        model = _model.model_of(self)
+        self._bx_model = model
+        self._bx_pexpect = [model.punct_in[p] == _model.EXPECTING for p in self.inputs]
+        self._bx_ppreserve = tuple(i for i, p in enumerate(self.outputs) if model.punct_out[p] == _model.PRESERVES)
 
 
 class Context:
@@ -94,7 +117,10 @@ class Context:
 
     # -- inputs -------------------------------------------------------------------------
     def recv(self, port: str):
-        """Take the oldest packet of input `port`, or None if its buffer is empty."""
+        """Take the oldest packet of input `port`, or None if its buffer is empty. On an
+        input declared ``punct_in="expecting"`` this may be a punctuation (a
+        ``bobox_sched.stream.punct.Punctuation``); on an oblivious one the runtime
+        handles punctuations here (module doc)."""
         return _task.take_input(self.worker, self.op, self.op._bx_inidx[port])
 
     def has_input(self, port: str) -> bool:
@@ -133,10 +159,26 @@ class Context:
         return bool(self.op._bx_outbox)
 
     # -- control ------------------------------------------------------------------------
-    def reschedule(self) -> None:
+    def reschedule(self, delay: float | None = None) -> None:
         """Run this operator again later (a deferred task): a source emitting one packet
-        per run calls it after each packet."""
-        self.op._bx_resched = True
+        per run calls it after each packet. With `delay` (seconds), not before that much
+        time has passed: a rate-limited source waits without holding a worker."""
+        if delay is None or delay <= 0:
+            self.op._bx_resched = True
+        else:
+            self.op._bx_resched = float(delay)
+
+    def punctuate(self, punct, port: str | None = None) -> None:
+        """Send punctuation `punct` on output `port` (every output if None), in order
+        after what was sent there before."""
+        if not isinstance(punct, _punct.Punctuation):
+            raise TypeError(f"punctuate() takes a Punctuation, not {type(punct).__name__}")
+        op = self.op
+        ports = range(len(op.outputs)) if port is None else [op._bx_outidx[port]]
+        for i in ports:
+            if op._bx_outclosed[i]:
+                raise RuntimeError(f"operator '{op.name}': punctuation on output '{op.outputs[i]}' after close()")
+            _task.send(self.worker, op, i, punct)
 
     def finish(self) -> None:
         """This operator is done (after closing its outputs). Inputs still arriving are
@@ -199,15 +241,19 @@ class Source(Operator):
 class StreamOperator(Operator):
     """Packet-at-a-time operator: one packet per input per run, callbacks per event.
 
-    ``on_packet(ctx, port, packet)`` for each packet, ``on_eos(ctx, port)`` once per input
-    when its stream ends, ``on_end(ctx)`` once when all inputs ended (then the runtime
-    closes every output and finishes)."""
+    ``on_packet(ctx, port, packet)`` for each packet, ``on_punct(ctx, port, punct)`` for
+    each punctuation on an input declared ``punct_in="expecting"``, ``on_eos(ctx, port)``
+    once per input when its stream ends, ``on_end(ctx)`` once when all inputs ended (then
+    the runtime closes every output and finishes)."""
 
     inputs = ("in",)
     outputs = ("out",)
 
     def on_packet(self, ctx, port, packet):
         raise NotImplementedError
+
+    def on_punct(self, ctx, port, punct):
+        raise NotImplementedError(f"{type(self).__name__} declares punct_in='expecting' but has no on_punct")
 
     def on_eos(self, ctx, port):
         pass
@@ -224,7 +270,10 @@ class StreamOperator(Operator):
                 return
             pkt = ctx.recv(port)
             if pkt is not None:
-                self.on_packet(ctx, port, pkt)
+                if isinstance(pkt, _punct.Punctuation):
+                    self.on_punct(ctx, port, pkt)
+                else:
+                    self.on_packet(ctx, port, pkt)
             if not op_eos[i] and ctx.at_eos(port):
                 op_eos[i] = True
                 self.on_eos(ctx, port)
@@ -256,3 +305,5 @@ class Sink(StreamOperator):
 # Imported last: task.py imports the state constants defined above.
 from . import packet as _packet  # noqa: E402
 from . import task as _task  # noqa: E402
+from .stream import model as _model  # noqa: E402
+from .stream import punct as _punct  # noqa: E402

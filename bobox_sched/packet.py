@@ -77,8 +77,9 @@ def _aligned_zeros(size: int) -> np.ndarray:
 
 
 def _count_value(counter: itertools.count) -> int:
-    """The next value an ``itertools.count`` would return, without advancing it."""
-    return counter.__reduce__()[1][0]
+    """The next value an ``itertools.count`` would return, without advancing it (its
+    repr is ``count(N)``; ``__reduce__`` would do too, but is deprecated in 3.14)."""
+    return int(repr(counter)[6:-1])
 
 
 def _lease_del(self):

@@ -70,6 +70,10 @@ class Request:
         self.t_submit = time.perf_counter()
         self.t_end = None
         self.failed_operator = None
+        # Processing latency of each latency marker that reached a sink (ns); appended by
+        # the sink's thread (list.append: one atomic step under the GIL, internally
+        # locked in free-threaded builds).
+        self.latencies_ns: list = []
         self.final_nodes = None  # node ids evaluating it when it ended
         self._final_stats = None
 
@@ -132,6 +136,10 @@ class Request:
         else:
             self.future.set_exception(exc)
         return True
+
+    def record_marker(self, marker) -> None:
+        """A latency marker reached a sink: record ingress-to-egress time."""
+        self.latencies_ns.append(time.perf_counter_ns() - marker.t0)
 
     @property
     def elapsed(self) -> float:

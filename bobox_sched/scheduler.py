@@ -32,6 +32,7 @@ from .packet import ByteAccount, NodePool
 from .plan import Plan
 from .policies import get_policy
 from .request import Request, RequestHandle
+from .timers import Timers
 
 # Input buffer capacity in packets. Small, so that back-pressure keeps at most a few
 # packets per edge in flight (bounded memory) and the packet that wakes a consumer is
@@ -116,6 +117,7 @@ class Scheduler:
         self._stopping = False
         self._warnings: list[str] = []
         self.requests_done = 0
+        self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin)
         self.workers = self.policy.create_workers()
         for w in self.workers:
@@ -185,6 +187,7 @@ class Scheduler:
                 if w.thread is not threading.current_thread():
                     w.thread.join()
             self.policy.stop()
+            self.timers.stop()
 
     def __enter__(self) -> "Scheduler":
         return self
@@ -227,6 +230,7 @@ class Scheduler:
             "shares": req.shares,
             "nodes": req.final_nodes if req.final_nodes is not None else [n.os_index for n in req.nodes],
             "failed_operator": req.failed_operator,
+            "latency": _latency_summary(req.latencies_ns),
         }
 
     def stats(self) -> dict:
@@ -280,6 +284,19 @@ class Scheduler:
     def reset_peak(self) -> None:
         """Restart peak-bytes tracking from the bytes held now (between experiments)."""
         self.bytes.reset_peak()
+
+
+def _latency_summary(samples_ns: list) -> dict | None:
+    """Processing latency of the latency markers that reached a sink (ms): count, mean,
+    p50, p99, max. None when no marker was measured."""
+    if not samples_ns:
+        return None
+    import numpy as np
+
+    a = np.asarray(list(samples_ns), dtype=np.float64) / 1e6
+    return {"markers": int(a.size), "mean_ms": round(float(a.mean()), 4),
+            "p50_ms": round(float(np.percentile(a, 50)), 4), "p99_ms": round(float(np.percentile(a, 99)), 4),
+            "max_ms": round(float(a.max()), 4)}
 
 
 class _LocalitySampler:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import sys
 
 from .operator import EOS, FINISHED, NOTHING, RUNNING, RUNNING_SCHEDULED, SCHEDULED
+from .stream.punct import RUNTIME_ONLY, Marker, Punctuation
 
 
 def schedule(op, worker, immediate: bool) -> None:
@@ -106,23 +107,54 @@ def flush(worker, op) -> bool:
 
 
 def take_input(worker, op, j: int):
-    """Pop the oldest packet of input `j` of `op` (the running operator), waking the
-    senders that were waiting for room."""
-    with op._bx_lock:
-        q = op._bx_inq[j]
-        if not q:
-            return None
-        pkt = q.popleft()
-        waiters = op._bx_waiters
+    """Pop the oldest item of input `j` of `op` (the running operator), waking the
+    senders that were waiting for room. Punctuations the operator does not handle itself
+    are handled here (``_runtime_punct``) and the next item is taken."""
+    while True:
+        with op._bx_lock:
+            q = op._bx_inq[j]
+            if not q:
+                return None
+            pkt = q.popleft()
+            waiters = op._bx_waiters
+            if waiters:
+                op._bx_waiters = []
         if waiters:
-            op._bx_waiters = []
-    if waiters:
-        for w in waiters:
-            schedule(w, worker, False)
-    sampler = worker.locality_sampler
-    if sampler is not None:
-        sampler(worker, pkt)
-    return pkt
+            for w in waiters:
+                schedule(w, worker, False)
+        if isinstance(pkt, Punctuation):
+            if _runtime_punct(worker, op, j, pkt):
+                continue
+            return pkt
+        sampler = worker.locality_sampler
+        if sampler is not None:
+            sampler(worker, pkt)
+        return pkt
+
+
+def _runtime_punct(worker, op, j: int, p) -> bool:
+    """Handle punctuation `p` taken from input `j` of `op` on the operator's behalf; False
+    if the operator receives it itself (an expecting input, or a control-aware operator).
+
+    Pulses and latency markers pass through every operator (pulses must cross even an
+    operator that drops every row; markers measure the path). Markers reaching an
+    operator with no outputs (a sink) are measured there. Other punctuations on an
+    oblivious input are forwarded on the outputs that preserve them, else dropped."""
+    if op.control_aware:
+        return False
+    if isinstance(p, RUNTIME_ONLY):
+        n = len(op.outputs)
+        if n:
+            for i in range(n):
+                send(worker, op, i, p)
+        elif isinstance(p, Marker):
+            op._bx_req.record_marker(p)
+        return True
+    if op._bx_pexpect[j]:
+        return False
+    for i in op._bx_ppreserve:
+        send(worker, op, i, p)
+    return True
 
 
 def run_task(worker, op) -> None:
@@ -180,6 +212,7 @@ def run_task(worker, op) -> None:
         if op._bx_state == RUNNING_SCHEDULED:
             op._bx_state = SCHEDULED
             immediate = not resched
+            resched = bool(resched)  # scheduled anyway: a delay no longer applies
         elif blocked:
             # Wait for the receiver to take a packet: it schedules us (no busy retry).
             op._bx_state = NOTHING
@@ -193,5 +226,8 @@ def run_task(worker, op) -> None:
         else:
             op._bx_state = NOTHING
             return
+    if resched.__class__ is float:  # ctx.reschedule(delay): a timer pushes the task
+        req.policy.push_later(req, op, resched)
+        return
     _push(op, worker, immediate)
 

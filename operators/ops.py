@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from bobox_sched import Operator, Source, StreamOperator
+from bobox_sched.stream import model as M
 
 from . import codegen
 from . import kernels as K
@@ -218,6 +219,9 @@ def _field_of(column) -> Field:
 
 
 class Filter(StreamOperator):
+    state = M.STATELESS
+    selectivity_bound = M.AT_MOST_ONE
+    forwarding = M.ALWAYS
     selectivity = None
 
     def __init__(self, schema: Schema, predicate: Expr):
@@ -244,7 +248,15 @@ class Filter(StreamOperator):
 class Project(StreamOperator):
     """Computes named expressions (the output columns, in order)."""
 
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+
     def __init__(self, schema: Schema, exprs: list[tuple[str, Expr]]):
+        # Forwarded unchanged: an output column that is a plain reference to the input
+        # column of the same name; every other input column is dropped or reassigned.
+        kept = {name for name, e in exprs if isinstance(e, Col) and e.name == name}
+        self.reassigns = frozenset(set(schema.names) | {name for name, _ in exprs}) - kept
         self.in_schema = schema
         self.exprs = [(name, Compiled(e, schema, name)) for name, e in exprs]
         self.schema = Schema([c.field(name) for name, c in self.exprs])
@@ -265,6 +277,10 @@ class Project(StreamOperator):
 class Union(StreamOperator):
     """Forwards the packets of all its inputs (any interleaving)."""
 
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+
     def __init__(self, schema: Schema, n_inputs: int):
         self.schema = schema
         self.inputs = tuple(f"in{i}" for i in range(n_inputs))
@@ -275,6 +291,10 @@ class Union(StreamOperator):
 
 class Broadcast(StreamOperator):
     """Sends every packet to all its outputs (task parallelism between branches)."""
+
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
 
     def __init__(self, schema: Schema, n_outputs: int):
         self.schema = schema
@@ -288,7 +308,9 @@ class Broadcast(StreamOperator):
 class Partition(StreamOperator):
     """Splits rows between its outputs by the hash of a key (a shuffle)."""
 
-    kind = "stateless"
+    state = M.STATELESS
+    selectivity_bound = M.AT_MOST_ONE  # per output: each row goes to exactly one of them
+    forwarding = M.ALWAYS
 
     def __init__(self, schema: Schema, keys: list[Expr], n_outputs: int):
         self.schema = schema
@@ -309,6 +331,13 @@ class Partition(StreamOperator):
 
 
 class Limit(StreamOperator):
+    """The first `n` rows. Keeps a counter: its state is declared unknown (it must never
+    be replicated: each copy would pass `n` rows)."""
+
+    state = M.UNKNOWN
+    selectivity_bound = M.AT_MOST_ONE
+    forwarding = M.ALWAYS
+
     def __init__(self, schema: Schema, n: int):
         self.schema = schema
         self.left = n
@@ -458,6 +487,11 @@ class HashAggregate(StreamOperator):
     and integer results 0 (SQL would say NULL)."""
 
     kind = "partitioned"
+    # Blocking: every output row is emitted at end of stream, caused by no input row
+    # (R8: not parallelisable as an ordered region member); one row per group.
+    selectivity_bound = M.UNKNOWN
+    forwarding = M.UNKNOWN
+    punct_out = M.REMOVES
 
     def __init__(self, schema: Schema, keys: list[tuple[str, Expr]], aggs: list[tuple[str, str, Expr | None]],
                  mode: str = "complete"):
@@ -657,6 +691,7 @@ class Sort(StreamOperator):
     the first `limit` rows (top-k), pruning as it goes so memory stays O(limit)."""
 
     kind = "stateful"
+    punct_out = M.REMOVES  # emits everything at end of stream
 
     def __init__(self, schema: Schema, keys: list[tuple[Expr, bool]], limit: int | None = None):
         self.schema = schema

@@ -15,6 +15,8 @@ Contract:
   stopping and no work is left, which ends the worker.
 * ``place(request)`` runs before the request's first task is pushed;
   ``request_done(request)`` once, when it ended.
+* ``push_later(request, op, delay)`` (default: the scheduler's timer thread calls
+  ``push_deferred`` when due) serves ``ctx.reschedule(delay)``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ class Policy:
 
     def request_done(self, request) -> None:
         pass
+
+    def push_later(self, request, op, delay: float) -> None:
+        """Push `op`'s deferred task in `delay` seconds (``ctx.reschedule(delay)``); any
+        thread. The scheduler's timer thread calls ``push_deferred`` when due."""
+        self.scheduler.timers.add(delay, self._timer_fired, request, op)
+
+    def _timer_fired(self, request, op) -> None:
+        if request.state is request.ACTIVE:
+            self.push_deferred(request, op, None)
 
     def wake_all(self) -> None:
         """Wake every sleeping worker (shutdown)."""

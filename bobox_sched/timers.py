@@ -1,0 +1,83 @@
+"""Timers: run a callback at a given time, on one background thread per scheduler.
+
+Used for ``ctx.reschedule(delay)``: a rate-limited or polling source asks to run again in
+`delay` seconds; the timer pushes its task when due, so no worker is held (or spins
+through the deferred list) while it waits.
+
+Protocol: ``_heap`` and ``_stopped`` are guarded by ``_cond``'s lock. ``add`` may be called
+from any thread (never from a ``__del__``): it pushes under the lock and notifies only if
+the new deadline is the earliest. The timer thread alone pops; it runs callbacks with
+the lock released, so a callback may call ``add``. The thread starts on the first
+``add`` and ends at ``stop`` (pending timers are dropped: their requests are over).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+
+
+class Timers:
+    def __init__(self, name: str = "bobox-timers"):
+        self.name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list = []  # (deadline, seq, fn, args)
+        self._seq = itertools.count()  # ties: first added, first run
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self.fired = 0
+
+    def add(self, delay: float, fn, *args) -> None:
+        """Call ``fn(*args)`` in `delay` seconds (on the timer thread)."""
+        deadline = time.monotonic() + max(0.0, delay)
+        with self._cond:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (deadline, next(self._seq), fn, args))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+                self._thread.start()
+            elif self._heap[0][0] == deadline:
+                self._cond.notify()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._heap)
+
+    def _main(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._stopped:
+                    if self._heap:
+                        wait = self._heap[0][0] - time.monotonic()
+                        if wait <= 0:
+                            break
+                        cond.wait(wait)
+                    else:
+                        cond.wait()
+                if self._stopped:
+                    self._heap.clear()
+                    return
+                _, _, fn, args = heapq.heappop(self._heap)
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a failing callback must not stop the timers
+                import traceback
+
+                traceback.print_exc()
+            self.fired += 1
+            fn = args = None
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+
+__all__ = ["Timers"]
