@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 from topology import node_free_bytes
 
@@ -43,6 +44,9 @@ class NodeState:
         self.requests: tuple = ()
         self.lock = threading.Lock()
         self.idle: list = []  # sleeping workers; the last to sleep is woken first
+        # Tasks that must run on this node (operators placed here: Plan.place), oldest
+        # first; appended by any thread, popped by this node's workers (deque: atomic).
+        self.pinned: deque = deque()
         self._free = None
         self._free_t = 0.0
 
@@ -59,7 +63,7 @@ class NodeState:
 
     def pending_tasks(self, limit: int | None = None) -> int:
         """Tasks this node is responsible for; counting stops once above `limit`."""
-        n = 0
+        n = len(self.pinned)
         for w in self.workers:
             n += len(w.imm)
         if limit is not None and n > limit:

@@ -98,6 +98,9 @@ class Operator:
         self._bx_waiters = []  # senders whose packet this operator's full buffer rejected
         self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
         self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+        # NUMA node this operator's tasks run on (None: wherever the policy puts them);
+        # set from Plan.place by Request._bind_nodes.
+        self._bx_node = None
         # Punctuation handling per input (see the module doc), from the operator model.
         model = _model.model_of(self)
         self._bx_model = model

@@ -27,6 +27,7 @@ class Plan:
     def __init__(self, name: str = "plan"):
         self.name = name
         self._specs: dict[str, tuple] = {}
+        self._places: dict[str, int] = {}  # operator -> node slot (Plan.place)
         self._edges: list[tuple[str, str | None, str, str | None]] = []
 
     # -- building -------------------------------------------------------------------------
@@ -53,6 +54,19 @@ class Plan:
         """Connect single-port operators in a row: ``chain("a", "b", "c")``."""
         for a, b in zip(names, names[1:]):
             self.connect(a, b)
+
+    def place(self, name: str, slot: int) -> None:
+        """Run operator `name` on a NUMA node: the `slot`-th CPU node of the scheduler's
+        topology, modulo their number (so a plan spread over k slots runs on any
+        machine). Its tasks then go to that node's workers (policies with placement:
+        ``bobox``; others ignore it)."""
+        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
+            raise ValueError(f"operator '{name}': node slot must be an integer >= 0, got {slot!r}")
+        self._places[name] = slot
+
+    @property
+    def placements(self) -> dict[str, int]:
+        return dict(self._places)
 
     @property
     def operator_names(self) -> list[str]:
@@ -103,6 +117,9 @@ class Plan:
                 if (name, i) not in out_used:
                     raise ValueError(f"operator '{name}': output port '{p}' is not connected")
         _check_acyclic(ops, edges)
+        for name in self._places:
+            if name not in ops:
+                raise ValueError(f"Plan.place names no operator '{name}'")
         return ops, edges
 
     def validate(self) -> None:

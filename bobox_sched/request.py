@@ -62,6 +62,11 @@ class Request:
             op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
             ops[s]._bx_dst[si] = (ops[d], di)
+        places = plan.placements
+        if places:
+            node_ids = [n.os_index for n in scheduler.topology.cpu_nodes]
+            for name, slot in places.items():
+                ops[name]._bx_node = node_ids[slot % len(node_ids)]
         # tasks run per locality step, one row per worker (each worker writes its own)
         self.wsteps = [[0] * 5 for _ in scheduler.workers]
         self.migrations = 0

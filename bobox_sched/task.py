@@ -52,6 +52,10 @@ def schedule(op, worker, immediate: bool) -> None:
 
 def _push(op, worker, immediate: bool) -> None:
     req = op._bx_req
+    aff = op._bx_node
+    if aff is not None and (worker is None or worker.node_id != aff):
+        req.policy.push_on(req, op, node=aff)  # the operator lives on another node
+        return
     if immediate and worker is not None:
         req.policy.push_immediate(worker, op)
     else:

@@ -362,3 +362,48 @@ def test_channel_refuses_bad_items_and_second_consumer():
             h2.result(timeout=10)
         ch.close()
         assert h1.result(timeout=10) == 3
+
+
+class NodeOf(StreamOperator):
+    """Records the NUMA node of every run."""
+
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+
+    def __init__(self, log, tag):
+        self.log, self.tag = log, tag
+
+    def on_packet(self, ctx, port, pkt):
+        self.log.append((self.tag, ctx.node))
+        ctx.send("out", pkt)
+
+
+def test_placed_operators_run_on_their_node():
+    import topology
+    from topology.virtual import virtual_topology
+
+    topo = virtual_topology(topology.probe(), 2)
+    ids = [n.os_index for n in topo.cpu_nodes]
+    log = []
+    plan = Plan("placed")
+    plan.add("src", Items, list(range(60)))
+    plan.add("a", NodeOf, log, "a")
+    plan.add("b", NodeOf, log, "b")
+    plan.add("sink", ObliviousSink)
+    plan.chain("src", "a", "b", "sink")
+    plan.place("a", 0)
+    plan.place("b", 3)  # slots wrap around the node count: 3 % 2 = node 1
+    with pytest.raises(ValueError):
+        plan.place("a", -1)
+    with Scheduler(topology=topo, threads_per_node=1, pin=False, buffer_packets=1) as s:
+        hs = [s.submit(plan) for _ in range(3)]
+        assert [h.result(timeout=60) for h in hs] == [60] * 3
+    assert {n for t, n in log if t == "a"} == {ids[0]}
+    assert {n for t, n in log if t == "b"} == {ids[1]}
+    bad = Plan("bad")
+    bad.add("src", Items, [1])
+    bad.add("sink", ObliviousSink)
+    bad.chain("src", "sink")
+    bad.place("nope", 0)
+    with pytest.raises(ValueError, match="names no operator"):
+        bad.validate()

@@ -15,6 +15,8 @@ Contract:
   stopping and no work is left, which ends the worker.
 * ``place(request)`` runs before the request's first task is pushed;
   ``request_done(request)`` once, when it ended.
+* ``push_on(request, op, node=None, worker=None)`` places a task on a node or a worker
+  (default: a plain deferred task);
 * ``push_later(request, op, delay)`` (default: the scheduler's timer thread calls
   ``push_deferred`` when due) serves ``ctx.reschedule(delay)``.
 """
@@ -51,6 +53,14 @@ class Policy:
 
     def request_done(self, request) -> None:
         pass
+
+    def push_on(self, request, op, node: int | None = None, worker=None) -> None:
+        """Push a task for `op` that should run on `worker` (one of this scheduler's
+        workers) or on a worker of NUMA node `node` (an OS index); any thread. Used for
+        operators with a node affinity (``Plan.place``: a parallel region's channels
+        spread over nodes) and tasks that must run where some state lives. A policy
+        without placement (the default) treats it as a deferred task."""
+        self.push_deferred(request, op, None)
 
     def push_later(self, request, op, delay: float) -> None:
         """Push `op`'s deferred task in `delay` seconds (``ctx.reschedule(delay)``); any

@@ -6,6 +6,8 @@ nodes, responsibility for each new deferred task goes round-robin over the shari
 nodes). A worker looks for work in exactly this order:
 
 1. the newest task of its own immediate list (its packet is the hottest in cache);
+   then the node's *pinned* tasks: operators placed on this node (``Plan.place``),
+   counted as step 3;
 2. the oldest deferred task of the request it ran last (that request's data is warm);
 3. the oldest task of the oldest request of its node (old requests finish first and
    free their memory);
@@ -112,6 +114,30 @@ class BoboxPolicy(Policy):
                 if n.idle:
                     self._wake(n, False)
 
+    def push_on(self, request, op, node: int | None = None, worker=None) -> None:
+        """A task that must run on `worker` (appended to its immediate list: the deque
+        makes a foreign append atomic, the owner runs it as its newest task) or on a
+        worker of `node` (the node's ``pinned`` list, looked at right after a worker's
+        own list)."""
+        if worker is not None:
+            worker.imm.append(op)
+            nd = worker.node
+            if nd.idle:
+                with nd.lock:
+                    try:
+                        nd.idle.remove(worker)
+                    except ValueError:
+                        return  # awake (or being woken): it will look at its list
+                worker.park.release()
+            return
+        nd = self.by_id.get(node)
+        if nd is None:
+            self.push_deferred(request, op, None)
+            return
+        nd.pinned.append(op)
+        if nd.idle:
+            self._wake(nd, False)
+
     def _wake(self, node: NodeState, always: bool) -> bool:
         """Wake one sleeping worker of `node` if the sleeping rule says one must run
         (or unconditionally with `always`: a request was added to the node)."""
@@ -137,6 +163,15 @@ class BoboxPolicy(Policy):
             except IndexError:  # a thief took it
                 pass
         node = w.node
+        if node.pinned:
+            try:
+                op = node.pinned.popleft()
+                w.last_req = op._bx_req
+                w.last_step = 3
+                w.steps[3] += 1
+                return op
+            except IndexError:
+                pass
         r = w.last_req
         if r is not None and r.deferred and node in r.nodes:
             try:
