@@ -15,7 +15,9 @@ but the CLI cuts each table's part ``i`` into ``c`` generator chunks of its own,
 estimated from the table's bytes per row and the row-group size (4.0: lineitem 14, orders
 4 at SF 1 with 4 parts), and a chunk starts at order ``floor(T / (P*c)) * k`` (T orders).
 Where P*c does not divide T the two tables' parts start at different orders (SF 1, P 4:
-lineitem part 2 at order 374,990, orders part 2 at 375,000), so the run failed there.
+lineitem part 2 after 374,990 orders, orders part 2 after 375,000: c = 14 and 4, T/(P*c)
+rounded down; read in tpchgen-cli's ``GenerationPlan`` and tpchgen's
+``calculate_start_index``, and measured), so the run failed there.
 Placing: the split keys are lineitem's parts' first order keys (``_plan_placement``), so
 lineitem, 4x the rows, stays as generated (renamed), and only the orders rows near the
 cuts move (the overlapping row groups are rewritten); every task then checks that each of
