@@ -20,6 +20,8 @@ from operators.data import DataError, find_tables
 
 from experiments import spark_pipeline as SP
 
+VIEW = getattr(pa, "string_view", pa.string)()  # tpchgen-cli writes strings as string_view (pyarrow >= 16)
+
 
 def write(path: Path, keys, row_group_size: int, text: bool = True) -> Path:
     """A table with an integer key, a value derived from it and (optionally) a
@@ -27,7 +29,7 @@ def write(path: Path, keys, row_group_size: int, text: bool = True) -> Path:
     keys = np.asarray(keys, dtype=np.int64)
     cols = {"k": pa.array(keys), "v": pa.array(keys * 3 + 1)}
     if text:
-        cols["s"] = pa.array([f"row-{k}" for k in keys], type=pa.string()).cast(pa.string_view())
+        cols["s"] = pa.array([f"row-{k}" for k in keys], type=pa.string()).cast(VIEW)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(cols), path, row_group_size=max(1, row_group_size))
     return path
@@ -122,7 +124,7 @@ def orders_and_lineitem(order_keys, lines_per_order):
     """A miniature orders/lineitem pair: every order has 1..7 line items."""
     okeys = np.asarray(order_keys, dtype=np.int64)
     lkeys = np.repeat(okeys, lines_per_order)
-    orders = pa.table({"o_orderkey": okeys, "o_comment": pa.array([f"o{k}" for k in okeys]).cast(pa.string_view())})
+    orders = pa.table({"o_orderkey": okeys, "o_comment": pa.array([f"o{k}" for k in okeys]).cast(VIEW)})
     lineitem = pa.table({"l_orderkey": lkeys, "l_linenumber": pa.array(
         np.concatenate([np.arange(1, n + 1) for n in lines_per_order]).astype(np.int32))})
     return orders, lineitem
