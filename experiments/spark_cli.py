@@ -32,9 +32,10 @@ def add_arguments(p) -> None:
 
     d = sub.add_parser("datagen", help="stage 1: TPC-H as Parquet partitioned for the executors (cached)",
                        description="Generate TPC-H with one Spark task per partition (tpchgen-cli part i of orders "
-                       "and lineitem, co-partitioned on the order key) plus one for the small tables (replicated). "
-                       "Writes DIR/<table>/part-<i>.parquet, DIR/<table>.parquet and a manifest. A second call "
-                       "with the same arguments does nothing.")
+                       "and lineitem) plus one for the small tables (replicated), then place orders and lineitem "
+                       "by order key (one Spark task per partition), so that partition i of both tables holds the "
+                       "same orders. Writes DIR/<table>/part-<i>.parquet, DIR/<table>.parquet and a manifest. A "
+                       "second call with the same arguments does nothing.")
     d.add_argument("--sf", type=float, default=DEFAULT_SF, metavar="X", help=f"scale factor (default {DEFAULT_SF})")
     d.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>-spark)")
     d.add_argument("--partitions", type=int, metavar="P",
@@ -45,12 +46,19 @@ def add_arguments(p) -> None:
     r = sub.add_parser("run", help="stage 2: run TPC-H queries on Spark, each executor on its own Scheduler",
                        description="Fan the queries and data partitions out to the executors; each runs its "
                        "partial plans at once on one long-lived Scheduler; the partial results are shuffled by "
-                       "query and combined on the executors. Answers go to DIR/<query>.parquet as with bobox run.")
+                       "query and combined on the executors. Answers go to DIR/<query>.parquet as with bobox run. "
+                       "Any TPC-H Parquet folder works: one from bobox spark datagen runs on its stored partitions, "
+                       "any other (bobox datagen's, <table>/*.parquet parts) is split by order key on the fly, the "
+                       "executors keeping the partition views in $BOBOX_SPARK_VIEWS (default "
+                       "~/.cache/bobox-sched/spark-views).")
     r.add_argument("queries", nargs="*", metavar="QUERY",
                    help="TPC-H queries (default: q1 q3 q5 q6 q10 q12 q14 q18; also q4 q19)")
     r.add_argument("--data", metavar="DIR",
-                   help="partitioned TPC-H folder from bobox spark datagen (default data/tpch-sf<SF>-spark, "
-                   "generated if missing)")
+                   help="TPC-H Parquet folder: from bobox spark datagen, bobox datagen or any <table>.parquet or "
+                   "<table>/*.parquet layout (default data/tpch-sf<SF>-spark, generated if missing)")
+    r.add_argument("--partitions", type=int, metavar="P",
+                   help="partitions to split --data into by order key (default: a bobox spark datagen folder's own, "
+                   "else one per executor and NUMA node)")
     r.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate when --data is not given "
                    f"(default {DEFAULT_SF})")
     r.add_argument("--output", metavar="DIR", help="write each answer to DIR/<query>.parquet")
@@ -83,9 +91,10 @@ def add_arguments(p) -> None:
                        "times and their ratio. The JVM start is reported apart, not in the ratio.")
     b.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the mix q1 q3 q5 q6 q10 q12 q14 q18)")
     b.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate (default {DEFAULT_SF})")
-    b.add_argument("--data", metavar="DIR", help="partitioned TPC-H folder (default data/tpch-sf<SF>-spark, "
-                   "generated if missing)")
-    b.add_argument("--partitions", type=int, metavar="P", help="partitions when generating the data")
+    b.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder, as for run (default "
+                   "data/tpch-sf<SF>-spark, generated if missing)")
+    b.add_argument("--partitions", type=int, metavar="P", help="partitions when generating the data, or to split "
+                   "--data into")
     b.add_argument("--repeat", type=int, default=9, metavar="N", help="timed runs of each path (default 9)")
     b.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
     b.add_argument("--threads-per-node", type=int, metavar="T", help="worker threads per NUMA node")
@@ -133,23 +142,26 @@ def _session(args):
 
 
 def _data(args, partitions=None):
-    """The folder to run on: --data (must exist), or the default one, generated."""
+    """The folder to run on: --data (any TPC-H folder), or the default one, generated."""
     from pathlib import Path
 
-    from .spark_pipeline import default_spark_data_dir, read_spark_manifest, spark_datagen
+    from .spark_pipeline import data_sf, default_spark_data_dir, spark_datagen, stored_partitions
 
     if args.data:
-        read_spark_manifest(args.data)  # one-line DataError where it is missing or not ours
+        stored_partitions(args.data)  # one-line DataError where it is missing or not TPC-H data
         if getattr(args, "sf", None) is not None:
-            sf = float(read_spark_manifest(args.data)["sf"])
-            if abs(sf - args.sf) > 1e-12 * max(sf, args.sf):
+            sf = data_sf(args.data)
+            if sf is not None and abs(sf - args.sf) > 1e-12 * max(sf, args.sf):
                 from bobox_sched.errors import BoboxError
 
                 raise BoboxError(f"--data {args.data} holds SF {sf:g}, not --sf {args.sf:g}")
         return Path(args.data), None
     sf = args.sf if args.sf is not None else DEFAULT_SF
+    out = default_spark_data_dir(sf)
+    if partitions is not None and out.is_dir() and any(out.iterdir()):
+        partitions = None  # use the generated folder as it is (split on the fly where its count differs)
     spark = _session(args)
-    return spark_datagen(sf, default_spark_data_dir(sf), partitions=partitions, spark=spark), spark
+    return spark_datagen(sf, out, partitions=partitions, spark=spark), spark
 
 
 def _datagen(args) -> int:
@@ -162,16 +174,17 @@ def _datagen(args) -> int:
 
 
 def _run(args) -> int:
-    from .spark_pipeline import check_queries, parse_injection, read_spark_manifest, spark_run_detailed
+    from .spark_pipeline import check_queries, parse_injection, spark_run_detailed, stored_partitions
 
     queries = check_queries(args.queries)  # bad input fails before a JVM starts
-    if args.data:
-        parse_injection(args.inject_failure, queries, int(read_spark_manifest(args.data)["partitions"]))
-    data, spark = _data(args)
+    stored = stored_partitions(args.data) if args.data else None
+    parse_injection(args.inject_failure, queries, args.partitions or stored)
+    data, spark = _data(args, partitions=args.partitions)
     spark = spark or _session(args)
     run = spark_run_detailed(queries, data, output=args.output, policy=args.policy,
                              threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes,
-                             inject_failure=args.inject_failure, spark=spark, progress=True)
+                             inject_failure=args.inject_failure, spark=spark, progress=True,
+                             partitions=args.partitions)
     print(f"{'query':<8}{'rows':>6}")
     for q, t in run.tables.items():
         print(f"{q:<8}{t.num_rows:>6}")
@@ -196,21 +209,22 @@ def _report(args) -> int:
 
 
 def _bench(args) -> int:
-    from .spark_pipeline import bench_overhead, check_queries, read_spark_manifest
+    from .spark_pipeline import bench_overhead, check_queries, stored_partitions
 
     import time
 
     queries = check_queries(args.queries)
     if args.data:
-        read_spark_manifest(args.data)  # before a JVM starts
+        stored_partitions(args.data)  # before a JVM starts
     t0 = time.perf_counter()
     spark = _session(args)
     jvm_s = time.perf_counter() - t0
     data, _ = _data(args, partitions=args.partitions)
     res = bench_overhead(data, queries, repeat=args.repeat, policy=args.policy, threads_per_node=args.threads_per_node,
-                         packet_bytes=args.packet_bytes, spark=spark)
+                         packet_bytes=args.packet_bytes, spark=spark, partitions=args.partitions)
     res["jvm_startup_s"] = round(jvm_s, 3)
-    print(f"TPC-H SF {res['sf']:g}, {res['partitions']} partition(s), {len(res['queries'])} queries, "
+    what = f"SF {res['sf']:g}" if res["sf"] is not None else str(data)
+    print(f"TPC-H {what}, {res['partitions']} partition(s), {len(res['queries'])} queries, "
           f"median of {res['repeat']} runs each (master {res['master']}; JVM up in {res['jvm_startup_s']:.1f} s, "
           "not counted)")
     print(f"  bobox run path   {res['bobox_run_s'] * 1e3:9.1f} ms")

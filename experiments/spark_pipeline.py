@@ -6,18 +6,37 @@ executor's part of it.
     tables = spark_run(["q1", "q3"], data, output="out")    # stage 2: out/q1.parquet, ...
     spark_report(["results-host1", "results-host2"], "report")  # stage 3: summary.csv, report.md
 
-Stage 1, data (``spark_datagen``). One Spark task per data partition runs ``tpchgen-cli``
-for part ``i`` of ``orders`` and ``lineitem`` (tpchgen derives the lineitems of an order
-from the order itself, so part ``i`` of both tables covers the same order keys: the task
-checks that and fails otherwise), one more task writes the six small tables whole. Layout::
+Stage 1, data (``spark_datagen``), two Spark jobs. First, one task per data partition runs
+``tpchgen-cli --parts P --part i`` for ``orders`` and ``lineitem``, and one more task writes
+the six small tables whole. Then one task per partition places orders and lineitem by
+order key, so that partition ``i`` of both tables holds the same orders. tpchgen-cli does
+not guarantee that by itself: its generators make an order's line items with the order,
+but the CLI cuts each table's part ``i`` into ``c`` generator chunks of its own, ``c``
+estimated from the table's bytes per row and the row-group size (4.0: lineitem 14, orders
+4 at SF 1 with 4 parts), and a chunk starts at order ``floor(T / (P*c)) * k`` (T orders).
+Where P*c does not divide T the two tables' parts start at different orders (SF 1, P 4:
+lineitem part 2 after 374,990 orders, orders part 2 after 375,000: c = 14 and 4, T/(P*c)
+rounded down; read in tpchgen-cli's ``GenerationPlan`` and tpchgen's
+``calculate_start_index``, and measured), so the run failed there.
+Placing: the split keys are lineitem's parts' first order keys (``_plan_placement``), so
+lineitem, 4x the rows, stays as generated (renamed), and only the orders rows near the
+cuts move (the overlapping row groups are rewritten); every task then checks that each of
+its line items has its order in the same partition. Layout::
 
     DIR/lineitem/part-<i>.parquet   DIR/orders/part-<i>.parquet      (i = 0 .. P-1)
     DIR/customer.parquet ... DIR/region.parquet                       (replicated)
     DIR/_partitions/part-<i>/<table>.parquet -> relative links: partition i's view
-    DIR/_bobox_spark_manifest.json  sf, partitions, rows per table and part, generator
+    DIR/_bobox_spark_manifest.json  sf, partitions, split keys, rows per table and part,
+                                    generator
 
 ``DIR`` is also an ordinary data folder (``bobox run --data DIR``, DuckDB): a table is
 either ``<table>.parquet`` or a folder of parts.
+
+Stage 2 reads any TPC-H Parquet folder: a folder from stage 1 through its stored views;
+any other one (``bobox datagen``'s single files, folders of parts, or a stage-1 folder
+asked for another partition count) is split by order key on the fly, each executor
+writing the views of the partitions it runs into a cache folder on its host (see "stage 2
+input" below).
 
 Stage 2, execution (``spark_run``), one Spark job of two stages::
 
@@ -64,6 +83,7 @@ from __future__ import annotations
 import csv
 import datetime
 import functools
+import hashlib
 import json
 import math
 import os
@@ -76,7 +96,8 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from bobox_sched.errors import BoboxError
@@ -323,6 +344,210 @@ def _job_error(e: BaseException, what: str, attempts: int | None = None) -> Bobo
     return BoboxError(f"{what} failed{tries}: " + (f"{py[-1][0]}: {py[-1][1].strip()}" if py else _first_line(e)))
 
 
+# --------------------------------------------------------------------------- the split by order key
+#
+# Both stages cut orders and lineitem into P partitions such that partition i of both
+# tables holds the rows of the same order keys: P-1 increasing split keys
+# b_1 < ... < b_{P-1}, and partition i holds the rows with b_i <= key < b_{i+1}
+# (b_0 = -inf, b_P = +inf) of both tables. Whatever the split keys, every row lands in
+# exactly one partition and every order's line items in its order's partition; the keys
+# only decide the balance. Row groups are chosen by the key range in the footers'
+# statistics, so a partition reads only the row groups that overlap its range, and a
+# file lying wholly inside one range is moved or linked instead of being rewritten.
+
+KEY = {"orders": "o_orderkey", "lineitem": "l_orderkey"}
+PIECES = "_work/pieces"  # stage 1: the generator's parts, before they are placed
+
+
+@dataclass(frozen=True)
+class _Group:
+    """One non-empty row group of a Parquet file: the key's range and its row count."""
+
+    file: int  # index into the table's file list
+    index: int  # row group number in that file
+    lo: int
+    hi: int
+    rows: int
+
+
+def _key_groups(files, key: str, table: str) -> list[_Group]:
+    """Every non-empty row group of `files`, with the range of the integer column `key`
+    from the footer's statistics (the column is read where a group has none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from operators.data import DataError
+
+    groups = []
+    for fi, f in enumerate(files):
+        try:
+            pf = pq.ParquetFile(f)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise DataError(f"cannot read Parquet file {f}: {_first_line(e)}") from None
+        with pf:
+            names = pf.schema_arrow.names
+            if key not in names:
+                raise DataError(f"table {table!r}: {f} has no column {key!r}")
+            typ = pf.schema_arrow.field(key).type
+            if not pa.types.is_integer(typ):
+                raise DataError(f"table {table!r}: column {key!r} in {f} is {typ}, expected an integer type")
+            md = pf.metadata
+            col = None
+            for r in range(md.num_row_groups):
+                rg = md.row_group(r)
+                if rg.num_rows == 0:
+                    continue
+                if col is None:
+                    col = next(c for c in range(rg.num_columns) if rg.column(c).path_in_schema == key)
+                st = rg.column(col).statistics
+                if st is not None and st.has_min_max and st.has_null_count and st.null_count == 0:
+                    lo, hi = int(st.min), int(st.max)
+                else:
+                    keys = pf.read_row_group(r, columns=[key]).column(0)
+                    if keys.null_count:
+                        raise DataError(f"table {table!r}: column {key!r} in {f} holds {keys.null_count} nulls")
+                    mm = pc.min_max(keys).as_py()
+                    lo, hi = int(mm["min"]), int(mm["max"])
+                groups.append(_Group(fi, r, lo, hi, rg.num_rows))
+    return groups
+
+
+def _balanced_bounds(groups: list[_Group], parts: int) -> list[int]:
+    """P-1 increasing split keys cutting `groups` into P parts of about equal row counts,
+    the keys of a row group taken as spread evenly over its range."""
+    if parts <= 1:
+        return []
+    if not groups:  # no rows: any increasing keys will do
+        return list(range(parts - 1))
+    gs = sorted(groups, key=lambda g: (g.lo, g.hi))
+    total = sum(g.rows for g in gs)
+    bounds: list[int] = []
+    cum, i = 0, 0
+    for k in range(1, parts):
+        target = total * k / parts
+        while i < len(gs) - 1 and cum + gs[i].rows < target:
+            cum += gs[i].rows
+            i += 1
+        g = gs[i]
+        frac = min(1.0, max(0.0, (target - cum) / g.rows))
+        b = g.lo + math.ceil(frac * (g.hi - g.lo))
+        if bounds and b <= bounds[-1]:
+            b = bounds[-1] + 1
+        bounds.append(b)
+    return bounds
+
+
+def _piece_bounds(groups: list[_Group], parts: int) -> list[int]:
+    """Split keys for P pieces (file i = piece i): each piece's first key where the
+    pieces cover disjoint ascending key ranges (then none of that table moves), else
+    balanced ones."""
+    spans: dict[int, list[int]] = {}
+    for g in groups:
+        s = spans.setdefault(g.file, [g.lo, g.hi])
+        s[0], s[1] = min(s[0], g.lo), max(s[1], g.hi)
+    if sorted(spans) == list(range(parts)) and all(spans[i][1] < spans[i + 1][0] for i in range(parts - 1)):
+        return [spans[i][0] for i in range(1, parts)]
+    return _balanced_bounds(groups, parts)
+
+
+def _span(bounds: list[int], p: int) -> tuple[int | None, int | None]:
+    """Partition p's key range [lo, hi); None: unbounded."""
+    return (bounds[p - 1] if p > 0 else None, bounds[p] if p < len(bounds) else None)
+
+
+def _inside(g: _Group, lo, hi) -> bool:
+    return (lo is None or g.lo >= lo) and (hi is None or g.hi < hi)
+
+
+def _overlaps(g: _Group, lo, hi) -> bool:
+    return (lo is None or g.hi >= lo) and (hi is None or g.lo < hi)
+
+
+def _pick(groups: list[_Group], lo, hi) -> tuple[list[int], list[_Group]]:
+    """What the partition [lo, hi) is made of: (files wholly inside it, the row groups of
+    the other files that overlap it)."""
+    by_file: dict[int, list[_Group]] = {}
+    for g in groups:
+        by_file.setdefault(g.file, []).append(g)
+    whole, cut = [], []
+    for fi in sorted(by_file):
+        gs = by_file[fi]
+        if all(_inside(g, lo, hi) for g in gs):
+            whole.append(fi)
+        else:
+            cut.extend(g for g in gs if _overlaps(g, lo, hi))
+    return whole, cut
+
+
+def _filter(t, mask):
+    """``t.filter(mask)``; view-typed columns (tpchgen-cli writes strings as string_view)
+    go through their plain type, since pyarrow has no take/filter kernel for them."""
+    import pyarrow as pa
+
+    views = {"string_view": pa.string(), "binary_view": pa.binary()}
+    if not any(str(f.type) in views for f in t.schema):
+        return t.filter(mask)
+    cols = []
+    for f, c in zip(t.schema, t.columns):
+        plain = views.get(str(f.type))
+        cols.append(c.filter(mask) if plain is None else c.cast(plain).filter(mask).cast(f.type))
+    return pa.Table.from_arrays(cols, schema=t.schema)
+
+
+def _write_rows(files, groups: list[_Group], key: str, lo, hi, dest: Path, schema, group_rows: int) -> int:
+    """Write the rows of `groups` whose `key` is in [lo, hi) to `dest` (a temporary file
+    renamed into place), in row groups of `group_rows` rows; returns the row count. One
+    row group is read at a time, so memory stays at about two row groups."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    group_rows = max(1, int(group_rows))
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    opened: dict[int, object] = {}
+    n = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as w:
+            held: list = []
+            count = 0
+            for g in groups:
+                pf = opened.get(g.file)
+                if pf is None:
+                    pf = opened[g.file] = pq.ParquetFile(files[g.file])
+                t = pf.read_row_group(g.index)
+                if not _inside(g, lo, hi):
+                    k = t.column(key)
+                    mask = None
+                    if lo is not None:
+                        mask = pc.greater_equal(k, lo)
+                    if hi is not None:
+                        below = pc.less(k, hi)
+                        mask = below if mask is None else pc.and_(mask, below)
+                    t = _filter(t, mask)
+                if t.num_rows == 0:
+                    continue
+                if not t.schema.equals(schema):
+                    t = t.cast(schema)
+                held.append(t)
+                count += t.num_rows
+                if count >= group_rows:
+                    full = pa.concat_tables(held)
+                    cut = (count // group_rows) * group_rows
+                    w.write_table(full.slice(0, cut), row_group_size=group_rows)
+                    n += cut
+                    held, count = [full.slice(cut)], count - cut
+            if count:
+                w.write_table(pa.concat_tables(held), row_group_size=group_rows)
+                n += count
+        os.replace(tmp, dest)
+    finally:
+        for pf in opened.values():
+            pf.close()
+        if tmp.exists():
+            tmp.unlink()
+    return n
+
+
 # =========================================================================== stage 1: data
 
 
@@ -395,20 +620,29 @@ def _run_tool(cmd: list[str], what: str) -> None:
                            f"{lines[-1] if lines else '(no output)'}")
 
 
-def _datagen_task(cfg: dict, indexes):
-    """Executor side of stage 1 (errors tagged for the driver, see ``_job_error``)."""
+def _tagged(work, cfg: dict, indexes):
+    """Executor side of stage 1: `work`'s records, its errors tagged for the driver
+    (see ``_job_error``)."""
     try:
-        yield from _datagen_pieces(cfg, indexes)
+        yield from work(cfg, indexes)
     except Exception as e:
         text = _first_line(e) if type(e) is RuntimeError else f"{type(e).__name__}: {_first_line(e)}"
         raise RuntimeError(f"{_TAG} {text}") from e
 
 
+def _datagen_task(cfg: dict, indexes):
+    yield from _tagged(_datagen_pieces, cfg, indexes)
+
+
+def _place_task(cfg: dict, indexes):
+    yield from _tagged(_place_pieces, cfg, indexes)
+
+
 def _datagen_pieces(cfg: dict, indexes):
-    """Executor side of stage 1. Index i < P: part i of orders and lineitem; index P:
-    the six small tables. Files are generated into a folder private to this attempt,
-    then renamed into place, so a retried attempt never meets a half-written file."""
-    import pyarrow.compute as pc
+    """Stage 1, step 1 (executor side). Index i < P: tpchgen-cli's part i of orders and
+    lineitem, moved to ``_work/pieces/<table>/piece-<i>.parquet``; index P: the six small
+    tables, moved into place. Files are generated into a folder private to this attempt
+    and then renamed, so a retried attempt never meets a half-written file."""
     import pyarrow.parquet as pq
     from pyspark import TaskContext
 
@@ -432,16 +666,10 @@ def _datagen_pieces(cfg: dict, indexes):
             for t, f in files.items():
                 if not f.is_file():
                     raise RuntimeError(f"{what}: the generator wrote no {f.relative_to(work)}")
-            # Co-partitioning check: every lineitem of part i belongs to an order of part i.
-            okeys = pq.read_table(files["orders"], columns=["o_orderkey"]).column(0)
-            lkeys = pq.read_table(files["lineitem"], columns=["l_orderkey"]).column(0)
-            if not pc.all(pc.is_in(lkeys, value_set=okeys)).as_py():
-                raise RuntimeError(f"{what}: lineitem part {i + 1} holds orders outside orders part {i + 1}; "
-                                   "this tpchgen-cli does not co-partition them")
             for t, f in files.items():
                 rows[t] = pq.ParquetFile(f).metadata.num_rows
-                (tmp / t).mkdir(exist_ok=True)
-                os.replace(f, tmp / t / f"part-{i}.parquet")
+                (tmp / PIECES / t).mkdir(parents=True, exist_ok=True)
+                os.replace(f, tmp / PIECES / t / f"piece-{i}.parquet")
         else:
             what = "datagen of the small tables"
             _run_tool(base + ["--tables", ",".join(REPLICATED)], what)
@@ -456,16 +684,92 @@ def _datagen_pieces(cfg: dict, indexes):
                           "generator": version})
 
 
+def _place_pieces(cfg: dict, indexes):
+    """Stage 1, step 2 (executor side): partition j of orders and lineitem from the
+    pieces, as the driver planned it (``_plan_placement``): one piece wholly inside j's
+    key range is renamed into place, anything else is written from the overlapping row
+    groups of the pieces. Then the check that every line item of partition j has its
+    order in partition j. An attempt may find its renames done by an earlier one.
+
+    Tasks of different partitions never touch one file: a piece renamed into partition j
+    lies wholly inside j's key range, so no other partition reads it; the pieces that
+    straddle a cut are only read, and removed with ``_work`` by the driver at the end."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    tmp, parts = Path(cfg["tmp"]), cfg["partitions"]
+    for j in indexes:
+        lo, hi = _span(cfg["bounds"], j)
+        rewritten = []
+        for t in PARTITIONED:
+            spec = cfg["place"][t][j]
+            pieces = [tmp / PIECES / t / f"piece-{k}.parquet" for k in range(parts)]
+            dest = tmp / t / f"part-{j}.parquet"
+            dest.parent.mkdir(exist_ok=True)
+            if spec["move"] is not None:
+                src = pieces[spec["move"]]
+                if src.is_file():
+                    os.replace(src, dest)
+                elif not dest.is_file():
+                    raise RuntimeError(f"placing {t} partition {j}: {src.name} is gone")
+            else:
+                schema = pa.ipc.read_schema(pa.py_buffer(cfg["schemas"][t]))
+                groups = [_Group(*g) for g in spec["groups"]]
+                _write_rows(pieces, groups, KEY[t], lo, hi, dest, schema, cfg["group_rows"][t])
+                rewritten.append(t)
+        okeys = pq.read_table(tmp / "orders" / f"part-{j}.parquet", columns=[KEY["orders"]]).column(0)
+        lkeys = pq.read_table(tmp / "lineitem" / f"part-{j}.parquet", columns=[KEY["lineitem"]]).column(0)
+        if not pc.all(pc.is_in(lkeys, value_set=okeys)).as_py():
+            raise RuntimeError(f"partition {j}: lineitem holds order keys that orders partition {j} lacks")
+        yield json.dumps({"index": j, "rows": {"orders": len(okeys), "lineitem": len(lkeys)},
+                          "rewritten": rewritten})
+
+
+def _plan_placement(tmp: Path, parts: int) -> dict:
+    """Driver side of stage 1, between the two steps: the split keys and, per table and
+    partition, which piece to rename or which row groups to write (see ``_place_pieces``).
+
+    The split keys are lineitem's pieces' first keys where those pieces are disjoint and
+    ascending (tpchgen's are): lineitem, four times the rows of orders, then stays as
+    generated, and only orders rows near the cuts move."""
+    import pyarrow.parquet as pq
+
+    groups = {t: _key_groups([tmp / PIECES / t / f"piece-{k}.parquet" for k in range(parts)], KEY[t], t)
+              for t in PARTITIONED}
+    bounds = _piece_bounds(groups["lineitem"], parts)
+    place: dict[str, list] = {}
+    for t in PARTITIONED:
+        place[t] = []
+        for j in range(parts):
+            whole, cut = _pick(groups[t], *_span(bounds, j))
+            if len(whole) == 1 and not cut:
+                place[t].append({"move": whole[0]})
+            else:
+                take = sorted([g for g in groups[t] if g.file in whole] + cut, key=lambda g: (g.file, g.index))
+                place[t].append({"move": None, "groups": [astuple(g) for g in take]})
+    return {
+        "bounds": bounds,
+        "place": place,
+        "schemas": {t: pq.read_schema(tmp / PIECES / t / "piece-0.parquet").serialize().to_pybytes()
+                    for t in PARTITIONED},
+        "group_rows": {t: max((g.rows for g in groups[t]), default=1) for t in PARTITIONED},
+    }
+
+
 def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int | None = None, spark=None,
                   progress: bool = True, tool: str = "tpchgen-cli") -> Path:
     """Generate TPC-H at scale factor `sf` into `out`, partitioned for the executors.
 
     `partitions` P defaults to ``default_partitions`` (one per executor and NUMA node).
-    Cached (same sf, and same P where given: nothing to do), atomic (generated into a
-    temporary sibling folder that is renamed into place), and a folder holding other data
-    is refused with a one-line DataError. `out` must be visible at the same path to the
-    driver and every executor (a local path in local mode, a shared file system on a
-    cluster). Returns `out` as an absolute Path.
+    Two Spark jobs: P + 1 tasks generate (tpchgen-cli's part i of orders and lineitem,
+    and the small tables), then P tasks place partition i of orders and lineitem by
+    order key (see the module docstring: tpchgen-cli's parts of the two tables need not
+    cover the same orders). Cached (same sf, and same P where given: nothing to do),
+    atomic (generated into a temporary sibling folder that is renamed into place), and a
+    folder holding other data is refused with a one-line DataError. `out` must be
+    visible at the same path to the driver and every executor (a local path in local
+    mode, a shared file system on a cluster). Returns `out` as an absolute Path.
     """
     from operators.data import DataError, check_sf, fmt_sf, publish, staging_dir
 
@@ -478,6 +782,7 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
                        "partitions (cached)")
         return out
     spark = spark or spark_session(master)
+    sc = spark.sparkContext
     parts = partitions or default_partitions(spark)
 
     tmp = staging_dir(out)
@@ -486,13 +791,13 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
            "tool_hint": find_tool(tool)}
     t0 = time.monotonic()
     _say(progress, f"generating TPC-H SF {sf:g} in {parts} partitions into {out} "
-                   f"({parts + 1} Spark tasks, master {spark.sparkContext.master}) ...")
+                   f"({parts + 1} Spark tasks, master {sc.master}) ...")
     try:
         tmp.mkdir()
         n = parts + 1
         # parallelize(range(n), n) puts exactly element i in Spark partition i.
-        rdd = spark.sparkContext.parallelize(range(n), n).mapPartitions(functools.partial(_datagen_task, cfg))
-        spark.sparkContext.setJobDescription(f"bobox datagen SF {sf:g} x{parts}")
+        rdd = sc.parallelize(range(n), n).mapPartitions(functools.partial(_datagen_task, cfg))
+        sc.setJobDescription(f"bobox datagen SF {sf:g} x{parts}")
         try:
             infos = [json.loads(s) for s in rdd.collect()]
         except Exception as e:
@@ -502,9 +807,32 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
             raise DataError(f"Spark datagen returned pieces {got}, expected 0..{n - 1}")
         infos.sort(key=lambda info: info["index"])
         gen = infos[-1]["generator"]
+
+        t1 = time.monotonic()
+        plan = _plan_placement(tmp, parts)
+        moved = {t: [j for j, s in enumerate(plan["place"][t]) if s["move"] is None] for t in PARTITIONED}
+        _say(progress, f"generated in {t1 - t0:.1f} s; placing orders and lineitem by order key ({parts} Spark "
+                       f"tasks; rows to rewrite: " + ", ".join(
+                           f"{t} in {len(moved[t])} of {parts} partitions" for t in PARTITIONED) + ") ...")
+        cfg.update(plan)
+        rdd = sc.parallelize(range(parts), parts).mapPartitions(functools.partial(_place_task, cfg))
+        sc.setJobDescription(f"bobox datagen SF {sf:g} x{parts}: placing by order key")
+        try:
+            placed = sorted((json.loads(s) for s in rdd.collect()), key=lambda info: info["index"])
+        except Exception as e:
+            raise DataError(str(_job_error(e, "Spark datagen", _max_failures(spark)))) from None
+        if [info["index"] for info in placed] != list(range(parts)):
+            raise DataError(f"Spark datagen placed partitions {[info['index'] for info in placed]}, "
+                            f"expected 0..{parts - 1}")
+        for t in PARTITIONED:
+            generated = sum(info["rows"][t] for info in infos[:parts])
+            kept = sum(info["rows"][t] for info in placed)
+            if kept != generated:
+                raise DataError(f"Spark datagen: {t} has {kept} rows after placing by order key, "
+                                f"the generator wrote {generated}")
         tables = {}
         for t in PARTITIONED:
-            part_rows = [info["rows"][t] for info in infos[:parts]]
+            part_rows = [info["rows"][t] for info in placed]
             tables[t] = {"rows": sum(part_rows), "part_rows": part_rows,
                          "files": [f"{t}/part-{i}.parquet" for i in range(parts)]}
         for t in REPLICATED:
@@ -514,7 +842,9 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
             "format": MANIFEST_FORMAT,
             "sf": sf,
             "partitions": parts,
-            "co_partitioned_on": {"orders": "o_orderkey", "lineitem": "l_orderkey"},
+            "co_partitioned_on": dict(KEY),
+            "split_keys": plan["bounds"],
+            "rewritten": {t: [info["index"] for info in placed if t in info["rewritten"]] for t in PARTITIONED},
             "replicated": list(REPLICATED),
             "generator": {"name": gen[0] if len(gen) > 1 else tool, "version": gen[-1] if gen else "?", "tool": tool},
             "command": [tool, "parquet", "-s", sf_text, "--parts", str(parts), "--part", "I"],
@@ -633,6 +963,193 @@ def _injected(cfg: dict, query: str, part: int, attempt: int) -> bool:
     return bool(inj) and inj[0] == query and inj[1] == part and (inj[2] is None or attempt < inj[2])
 
 
+# --------------------------------------------------------------------------- stage 2 input: any TPC-H folder
+#
+# A folder from ``spark_datagen`` is read through its stored partition views. Any other
+# TPC-H folder (``bobox datagen``'s one file per table, folders of parts, or a Spark
+# folder asked for another partition count) is split on the fly: the driver chooses P-1
+# split keys that balance lineitem's rows (``plan_split``, from the footers alone), and
+# the executor task that needs partition p writes p's view into a cache folder on its own
+# host (``_split_view``): lineitem and orders rows of p's key range (files wholly inside
+# the range linked, the overlapping row groups of the others written), the small tables
+# linked. Views are named by a hash of the source files (path, size, mtime) and the split
+# keys, so later runs (and the TableStore columns cached in reused Python workers) reuse
+# them; a view whose source files changed since is removed when a new view is made.
+#
+# Protocol of the view cache, shared by the threads of a task (one per partition it
+# needs), by the tasks of one host and by runs: a view appears only by the rename of a
+# complete folder private to its maker (``.part-<p>.tmp-<pid>-<random>``), is never
+# changed afterwards, and is removed only once its source files changed (then no run can
+# ask for it again: the set id hashes the files' sizes and mtimes). Two makers of one
+# view race harmlessly: the first rename wins, the other deletes its copy. The threads
+# share no Python objects (each writes its own folder); pyarrow reads, filters and writes
+# without the GIL, which is all the parallelism there is, so a free-threaded build needs
+# nothing more.
+
+VIEW_CACHE_ENV = "BOBOX_SPARK_VIEWS"
+_SPLIT_FORMAT = 1
+
+
+def view_cache_dir() -> Path:
+    """Where executors keep on-the-fly partition views: ``$BOBOX_SPARK_VIEWS``, default
+    ``~/.cache/bobox-sched/spark-views`` (on each executor's host)."""
+    d = os.environ.get(VIEW_CACHE_ENV)
+    return Path(d).expanduser() if d else Path.home() / ".cache" / "bobox-sched" / "spark-views"
+
+
+def _fingerprint(files: dict) -> list:
+    from operators.data import DataError
+
+    out = []
+    for t, paths in files.items():
+        for p in paths:
+            try:
+                st = os.stat(p)
+            except OSError as e:
+                raise DataError(f"cannot stat Parquet file {p}: {e.strerror or e}") from None
+            out.append([t, str(p), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def stored_partitions(data) -> int | None:
+    """The partition count of a folder written by ``spark_datagen``; None for any other
+    TPC-H folder. DataError where `data` is neither (missing, or a table missing)."""
+    from operators.data import find_tables
+
+    data = Path(data).expanduser()
+    if (data / MANIFEST).is_file():
+        return int(read_spark_manifest(data)["partitions"])
+    find_tables(data)
+    return None
+
+
+def data_sf(data) -> float | None:
+    """The scale factor a manifest (``spark_datagen``'s or ``bobox datagen``'s) records."""
+    from operators.data import read_manifest
+
+    data = Path(data).expanduser()
+    if (data / MANIFEST).is_file():
+        return float(read_spark_manifest(data)["sf"])
+    try:
+        m = read_manifest(data)
+        return None if m is None else float(m["sf"])
+    except (BoboxError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def plan_split(data, parts: int, cache=None) -> dict:
+    """Driver side: how to cut the TPC-H folder `data` into `parts` partitions by order
+    key (see above). `cache`: the executors' view folder (default ``view_cache_dir()``
+    on each executor)."""
+    from operators.data import DataError, find_tables
+
+    data = Path(data).expanduser().absolute()
+    files = {t: [str(p.absolute()) for p in ps] for t, ps in find_tables(data).items()}
+    groups = _key_groups(files["lineitem"], KEY["lineitem"], "lineitem")
+    rows = sum(g.rows for g in groups)
+    if rows < parts:
+        raise DataError(f"table 'lineitem' in {data} has {rows} rows, too few for {parts} partitions")
+    bounds = _balanced_bounds(groups, parts)
+    fingerprint = _fingerprint(files)
+    key = json.dumps([_SPLIT_FORMAT, fingerprint, bounds])
+    return {"id": hashlib.sha256(key.encode()).hexdigest()[:20], "data": str(data), "bounds": bounds,
+            "files": files, "fingerprint": fingerprint, "cache": str(cache) if cache else None}
+
+
+def _split_view(split: dict, part: int) -> Path:
+    """Executor side: partition `part`'s view folder (made here unless a view of the same
+    source and split keys is there already)."""
+    import pyarrow.parquet as pq
+
+    root = Path(split["cache"]) if split["cache"] else view_cache_dir()
+    home = root / split["id"]
+    view = home / f"part-{part}"
+    if view.is_dir():
+        return view
+    if _fingerprint(split["files"]) != split["fingerprint"]:
+        raise RuntimeError(f"the files in {split['data']} changed while the run was starting")
+    home.mkdir(parents=True, exist_ok=True)
+    source = home / "source.json"
+    if not source.is_file():
+        _remove_stale_views(root, split["id"])
+        tmp = home / f".source.json.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps({"data": split["data"], "fingerprint": split["fingerprint"],
+                                   "split_keys": split["bounds"]}) + "\n")
+        os.replace(tmp, source)
+    tmp = home / f".part-{part}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        lo, hi = _span(split["bounds"], part)
+        for t in PARTITIONED:
+            files = [Path(f) for f in split["files"][t]]
+            groups = _key_groups(files, KEY[t], t)
+            whole, cut = _pick(groups, lo, hi)
+            folder = tmp / t
+            folder.mkdir()
+            for fi in whole:
+                os.symlink(files[fi], folder / f"part-{fi}.parquet")
+            if cut or not whole:  # (an empty range still needs a file with the table's columns)
+                _write_rows(files, cut, KEY[t], lo, hi, folder / "rows.parquet", pq.read_schema(files[0]),
+                            max((g.rows for g in groups), default=1))
+        for t, paths in split["files"].items():
+            if t in PARTITIONED:
+                continue
+            single = Path(split["data"]) / f"{t}.parquet"
+            if paths == [str(single)]:
+                os.symlink(single, tmp / f"{t}.parquet")
+            else:
+                os.symlink(Path(split["data"]) / t, tmp / t)
+        try:
+            os.rename(tmp, view)
+        except OSError:
+            if not view.is_dir():  # else another task made the same view at the same time
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return view
+
+
+def _remove_stale_views(root: Path, keep: str) -> None:
+    """Remove the views under `root` whose source files changed or are gone."""
+    for home in root.iterdir():
+        if home.name == keep or home.name.startswith(".") or not home.is_dir():
+            continue
+        try:
+            recorded = json.loads((home / "source.json").read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being made, or not ours
+        for _, path, size, mtime in recorded:
+            try:
+                st = os.stat(path)
+                if (st.st_size, st.st_mtime_ns) == (size, mtime):
+                    continue
+            except OSError:
+                pass
+            shutil.rmtree(home, ignore_errors=True)
+            break
+
+
+def _partition_dirs(cfg: dict, parts: list[int], threads: int) -> dict[int, Path]:
+    """Executor side: the view folder of each partition in `parts` (on-the-fly views are
+    made on `threads` threads: pyarrow reads, filters and writes without the GIL)."""
+    split = cfg.get("split")
+    if split is None:
+        return {p: Path(cfg["data"]) / VIEWS / f"part-{p}" for p in parts}
+
+    def one(p):
+        try:
+            return _split_view(split, p)
+        except Exception as e:
+            text = f"{type(e).__name__}: {_first_line(e)}" if type(e) is not RuntimeError else _first_line(e)
+            raise RuntimeError(f"{_TAG} partition {p}: cannot split {split['data']} by order key: {text}") from e
+
+    if len(parts) == 1 or threads <= 1:
+        return {p: one(p) for p in parts}
+    with ThreadPoolExecutor(min(len(parts), threads)) as pool:
+        return dict(zip(parts, pool.map(one, parts)))
+
+
 def _partial_task(cfg: dict, items):
     """Executor side, stage A: every (query, partition) item of this slice, submitted at
     once to the executor's Scheduler; yields ``(query, (partition, attempt, host, ipc))``
@@ -646,9 +1163,10 @@ def _partial_task(cfg: dict, items):
     items = list(items)
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber()
-    data = Path(cfg["data"])
-    for part in sorted({p for _, p in items}):
+    here = sorted({p for _, p in items})
+    for part in here:
         _trace(cfg, f"part-{part}", attempt)
+    views = _partition_dirs(cfg, here, ctx.cpus())
     sched = _executor_scheduler(cfg["policy"], cfg["threads_per_node"], cfg["packet_bytes"], ctx.cpus())
     # the slice's requests run at once: decompose them only if they cannot keep every
     # worker busy by themselves (as bobox run does)
@@ -658,7 +1176,7 @@ def _partial_task(cfg: dict, items):
     try:
         for query, part in items:
             try:
-                plan = tpch_partial.partial_plan(query, data / VIEWS / f"part-{part}", parallel)
+                plan = tpch_partial.partial_plan(query, views[part], parallel)
                 handles.append((query, part, sched.submit(plan)))
             except Exception as e:
                 raise _fail(query, f"partition {part}", e) from e
@@ -742,6 +1260,7 @@ class SparkRun:
     wall_s: float
     run_id: str
     fused: bool  # one stage (partials and combines in one task) or two
+    split: bool = False  # partitions cut on the fly (else: stored by spark_datagen)
     # (query, partition) -> [attempt number of the accepted partial, "host:pid"]
     attempts: dict = field(default_factory=dict)
     output: list = field(default_factory=list)  # written files
@@ -756,6 +1275,7 @@ class SparkRun:
             "master": self.master,
             "partitions": self.partitions,
             "stages": 1 if self.fused else 2,
+            "split_on_the_fly": self.split,
             "wall_s": round(self.wall_s, 4),
             "queries": {q: {"rows": t.num_rows} for q, t in self.tables.items()},
             "executors": sorted({h for _, h in self.attempts.values()}),
@@ -764,8 +1284,9 @@ class SparkRun:
         }
 
 
-def parse_injection(spec: str | None, queries: list[str], partitions: int) -> tuple | None:
-    """``QUERY:PARTITION[:N|all]`` -> (query, partition, N failing attempts or None = all)."""
+def parse_injection(spec: str | None, queries: list[str], partitions: int | None) -> tuple | None:
+    """``QUERY:PARTITION[:N|all]`` -> (query, partition, N failing attempts or None = all).
+    `partitions` None: the partition number is checked later."""
     if not spec:
         return None
     parts = spec.strip().lower().split(":")
@@ -774,8 +1295,9 @@ def parse_injection(spec: str | None, queries: list[str], partitions: int) -> tu
     query, part = parts[0], parts[1]
     if query not in queries:
         raise BoboxError(f"--inject-failure names query {query!r}, which is not run (running: {', '.join(queries)})")
-    if not part.isdigit() or int(part) >= partitions:
-        raise BoboxError(f"--inject-failure partition must be 0..{partitions - 1}, got {parts[1]!r}")
+    if not part.isdigit() or (partitions is not None and int(part) >= partitions):
+        raise BoboxError(f"--inject-failure partition must be "
+                         f"{'a number' if partitions is None else f'0..{partitions - 1}'}, got {parts[1]!r}")
     n = 1
     if len(parts) == 3:
         if parts[2] == "all":
@@ -803,9 +1325,15 @@ def check_queries(queries) -> list[str]:
 def spark_run_detailed(queries, data, output=None, master: str = DEFAULT_MASTER, policy: str = "bobox",
                        threads_per_node: int | None = None, packet_bytes: int | None = None,
                        inject_failure: str | None = None, spark=None, progress: bool = False,
-                       fuse: bool | None = None) -> SparkRun:
-    """Run TPC-H `queries` over the partitioned folder `data` on Spark (see the module
+                       fuse: bool | None = None, partitions: int | None = None, view_cache=None) -> SparkRun:
+    """Run TPC-H `queries` over the TPC-H folder `data` on Spark (see the module
     docstring for the job's shape); answers per query, and who computed what.
+
+    `data`: a folder from ``spark_datagen`` runs on its stored partitions; any other
+    TPC-H Parquet folder (``bobox datagen``'s, folders of parts), or a Spark folder with
+    `partitions` other than its own, is split by order key on the fly into `partitions`
+    (default ``default_partitions``), the executors keeping the partition views in
+    `view_cache` (default ``view_cache_dir()``; see "stage 2 input" above).
 
     `output`: write ``output/<query>.parquet`` (the layout of ``bobox run --output``).
     `inject_failure`: ``"q3:1"`` fails the first attempt of query q3's partial on
@@ -829,21 +1357,28 @@ def spark_run_detailed(queries, data, output=None, master: str = DEFAULT_MASTER,
         raise BoboxError(f"threads per node must be a positive integer, got {threads_per_node!r}")
     if packet_bytes is not None and (not isinstance(packet_bytes, int) or packet_bytes < 64):
         raise BoboxError(f"packet bytes must be an integer of at least 64, got {packet_bytes!r}")
+    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+        raise BoboxError(f"partitions must be a positive integer, got {partitions!r}")
     data = Path(data).expanduser().absolute()
-    manifest = read_spark_manifest(data)
-    parts = int(manifest["partitions"])
-    inject = parse_injection(inject_failure, names, parts)
+    stored = stored_partitions(data)  # DataError here for a folder that is no TPC-H data
+    if partitions or stored:  # bad input fails before a JVM starts where the count is known
+        parse_injection(inject_failure, names, partitions or stored)
     spark = spark or spark_session(master)
     sc = spark.sparkContext
+    parts = partitions or stored or default_partitions(spark)
+    inject = parse_injection(inject_failure, names, parts)
+    split = None if parts == stored else plan_split(data, parts, view_cache)
     run_id = uuid.uuid4().hex[:12]
-    cfg = {"run_id": run_id, "data": str(data), "partitions": parts, "policy": policy,
+    cfg = {"run_id": run_id, "data": str(data), "partitions": parts, "policy": policy, "split": split,
            "threads_per_node": threads_per_node, "packet_bytes": packet_bytes, "inject": inject}
     slots = _slots(spark)
     reducers = min(len(names), slots)
     fused = slots == 1 if fuse is None else bool(fuse)
     shape = "1 fused task" if fused else f"{parts} partial tasks, {reducers} combine task(s)"
-    _say(progress, f"{' '.join(names)} over {parts} partitions of SF {float(manifest['sf']):g} on {sc.master} "
-                   f"({shape}) ...")
+    sf = data_sf(data)
+    _say(progress, f"{' '.join(names)} over {parts} partitions"
+                   f"{' (split by order key on the fly)' if split else ''} of "
+                   f"{f'SF {sf:g}' if sf is not None else str(data)} on {sc.master} ({shape}) ...")
     t0 = time.perf_counter()
     # Work items sorted by partition; parallelize cuts the list into `parts` equal
     # consecutive slices, so slice i holds exactly the items of partition i.
@@ -872,7 +1407,7 @@ def spark_run_detailed(queries, data, output=None, master: str = DEFAULT_MASTER,
     missing = [q for q in names if q not in by_query]
     if missing:
         raise BoboxError(f"query {missing[0]}: no answer came back from Spark")
-    run = SparkRun({}, parts, sc.master, wall, run_id, fused)
+    run = SparkRun({}, parts, sc.master, wall, run_id, fused, split is not None)
     for q in names:
         info, ipc = by_query[q]
         run.tables[q] = _from_ipc(ipc)
@@ -890,10 +1425,11 @@ def spark_run_detailed(queries, data, output=None, master: str = DEFAULT_MASTER,
 
 def spark_run(queries, data, output=None, master: str = DEFAULT_MASTER, policy: str = "bobox",
               threads_per_node: int | None = None, packet_bytes: int | None = None,
-              inject_failure: str | None = None, spark=None, progress: bool = False, fuse: bool | None = None) -> dict:
+              inject_failure: str | None = None, spark=None, progress: bool = False, fuse: bool | None = None,
+              partitions: int | None = None, view_cache=None) -> dict:
     """``spark_run_detailed(...).tables``: {query: pyarrow Table}, in the order given."""
     return spark_run_detailed(queries, data, output, master, policy, threads_per_node, packet_bytes,
-                              inject_failure, spark, progress, fuse).tables
+                              inject_failure, spark, progress, fuse, partitions, view_cache).tables
 
 
 # =========================================================================== stage 3: results
@@ -1047,7 +1583,7 @@ def _replace_section(text: str, section: str) -> str:
 
 def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MASTER, policy: str = "bobox",
                    threads_per_node: int | None = None, packet_bytes: int | None = None, spark=None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, partitions: int | None = None) -> dict:
     """The Spark path vs ``bobox run``'s on one machine, side by side, once the JVM is up.
 
     ``bobox run`` path: a long-lived local Scheduler; per run, the plans are built
@@ -1067,10 +1603,11 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
     if repeat < 1:
         raise BoboxError(f"repeat must be positive, got {repeat}")
     data = Path(data).expanduser().absolute()
-    manifest = read_spark_manifest(data)
+    stored = stored_partitions(data)  # any TPC-H folder; split on the fly unless stored (see spark_run)
     t0 = time.perf_counter()
     spark = spark or spark_session(master)
     jvm_s = time.perf_counter() - t0  # 0 where the caller's session was up already
+    parts = partitions or stored or default_partitions(spark)
     local_s, spark_s = [], []
 
     def run_local(sched):
@@ -1081,7 +1618,7 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
 
     def run_spark():
         t = time.perf_counter()
-        tables = spark_run(names, data, spark=spark, policy=policy, threads_per_node=threads_per_node,
+        tables = spark_run(names, data, spark=spark, partitions=parts, policy=policy, threads_per_node=threads_per_node,
                            packet_bytes=packet_bytes)
         return time.perf_counter() - t, tables
 
@@ -1103,8 +1640,8 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
             _say(progress, f"run {i + 1}/{repeat}: bobox run {a:.3f} s, spark {b:.3f} s")
     lm, sm = statistics.median(local_s), statistics.median(spark_s)
     return {
-        "sf": float(manifest["sf"]),
-        "partitions": int(manifest["partitions"]),
+        "sf": data_sf(data),
+        "partitions": parts,
         "queries": names,
         "repeat": repeat,
         "master": spark.sparkContext.master,

@@ -1,9 +1,11 @@
 """The Spark pipeline (``experiments/spark_pipeline.py``), Spark tier.
 
-Local mode: stage 1 writes SF 0.01 partitioned for 3 executors; ``spark_run`` answers
-equal DuckDB's over the same files for every query with a distributed form, in one fused
-task and as the two-stage job (partials, shuffle by query, combines); the CLI writes the
-same answers as Parquet. Faults: an injected failure is retried (the task ran twice,
+Local mode: stage 1 writes SF 0.01 partitioned for 3 executors, and SF 1 in 4 partitions
+(where tpchgen-cli's parts of orders and lineitem cover different orders); ``spark_run``
+answers equal DuckDB's over the same files for every query with a distributed form, in
+one fused task and as the two-stage job (partials, shuffle by query, combines), also over
+``bobox datagen``'s single files and a Spark folder split into another partition count on
+the fly; the CLI writes the same answers as Parquet. Faults: an injected failure is retried (the task ran twice,
 seen through marker files the executors write) and the answer is unchanged; a failure on
 every attempt is a one-line error naming the query. Stage 3 on synthetic CSVs. Last, a
 standalone master and two workers on 127.0.0.1 run the same queries (and a retry).
@@ -115,6 +117,35 @@ def test_datagen_cached_and_refuses_other_data(sdata, tmp_path):
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
 
 
+# tpchgen-cli's row counts at SF 1 (the TPC-H specification's, lineitem's as generated)
+SF1_ROWS = {"lineitem": 6_001_215, "orders": 1_500_000, "customer": 150_000, "part": 200_000,
+            "partsupp": 800_000, "supplier": 10_000, "nation": 25, "region": 5}
+
+
+def test_datagen_sf1_four_partitions_co_partitioned(spark, tmp_path):
+    """SF 1 in 4 partitions: tpchgen-cli 4.0 cuts lineitem part i at other orders than
+    orders part i there (it failed before stage 1 placed them by order key)."""
+    data = SP.spark_datagen(1, tmp_path / "sf1", partitions=4, spark=spark, progress=False)
+    m = SP.read_spark_manifest(data)
+    assert m["partitions"] == 4 and {t: m["tables"][t]["rows"] for t in SF1_ROWS} == SF1_ROWS
+    assert not (data / "_work").exists() and not list(data.glob(".*"))
+    previous_max = 0
+    for i in range(4):
+        o = pq.read_table(data / "orders" / f"part-{i}.parquet", columns=["o_orderkey"]).column(0)
+        li = pq.read_table(data / "lineitem" / f"part-{i}.parquet", columns=["l_orderkey"]).column(0)
+        assert (len(o), len(li)) == (m["tables"]["orders"]["part_rows"][i], m["tables"]["lineitem"]["part_rows"][i])
+        assert pc.all(pc.is_in(li, value_set=o)).as_py()
+        assert len(pc.unique(li)) == len(o)  # every order has its line items here
+        lo, hi = pc.min_max(o).values()
+        assert lo.as_py() > previous_max  # disjoint ascending key ranges
+        previous_max = hi.as_py()
+        assert abs(len(o) - 375_000) < 1_000  # balanced
+    # answers that need both sides of every order in one partition
+    got = SP.spark_run(["q3", "q18"], data, spark=spark)
+    for q in ("q3", "q18"):
+        compare_tables(got[q], duckdb_answer(q, data), rel_tol=1e-6)
+
+
 def test_datagen_failing_generator_is_one_line_error(spark, tmp_path):
     with pytest.raises(DataError) as ei:
         SP.spark_datagen(0.01, tmp_path / "d", partitions=2, spark=spark, progress=False, tool="no-such-tpchgen")
@@ -176,6 +207,35 @@ def test_failure_on_every_attempt_names_the_query(spark, sdata, trace_dir):
     assert SP.spark_run(["q6"], sdata, spark=spark)["q6"].num_rows == 1
 
 
+def test_run_on_bobox_datagen_output(spark, tpch, tmp_path):
+    """Single <table>.parquet files (no Spark manifest): split by order key on the fly."""
+    want = {q: duckdb_answer(q, tpch) for q in QUERIES}
+    views = tmp_path / "views"
+    run = SP.spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views)
+    assert run.split and run.partitions == 3 and run.fused
+    check_all(run.tables, want)
+    (home,) = views.iterdir()
+    assert sorted(p.name for p in home.glob("part-*")) == ["part-0", "part-1", "part-2"]
+    stamps = {p: p.stat().st_mtime_ns for p in home.rglob("*.parquet") if not p.is_symlink()}
+    run = SP.spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views, fuse=False)
+    assert not run.fused
+    check_all(run.tables, want)
+    assert {p: p.stat().st_mtime_ns for p in home.rglob("*.parquet") if not p.is_symlink()} == stamps  # reused
+    # the default: one partition per executor and NUMA node
+    run = SP.spark_run_detailed(["q1", "q18"], tpch, spark=spark, view_cache=views)
+    assert run.partitions == SP.default_partitions(spark)
+    check_all(run.tables, want, ["q1", "q18"])
+
+
+def test_run_splits_a_spark_folder_into_another_count(spark, sdata, answers, tmp_path):
+    run = SP.spark_run_detailed(QUERIES, sdata, spark=spark, partitions=2, view_cache=tmp_path)
+    assert run.split and run.partitions == 2
+    check_all(run.tables, answers)
+    # its own count: the stored partitions, nothing split
+    run = SP.spark_run_detailed(["q6"], sdata, spark=spark, partitions=PARTITIONS, view_cache=tmp_path / "x")
+    assert not run.split and not (tmp_path / "x").exists()
+
+
 def test_bad_arguments(sdata):
     with pytest.raises(BoboxError, match="unknown query 'q2'"):
         SP.spark_run(["q2"], sdata)
@@ -185,8 +245,10 @@ def test_bad_arguments(sdata):
         SP.spark_run(["q3"], sdata, inject_failure="q1:0")
     with pytest.raises(DataError, match="does not exist"):
         SP.spark_run(["q3"], sdata / "missing")
-    with pytest.raises(DataError, match="not a partitioned TPC-H folder"):
+    with pytest.raises(DataError, match="TPC-H table 'lineitem' not found"):
         SP.spark_run(["q3"], sdata / "lineitem")
+    with pytest.raises(BoboxError, match="partitions must be a positive integer"):
+        SP.spark_run(["q3"], sdata, partitions=0)
     with pytest.raises(BoboxError, match="bad Spark master URL"):
         SP.parse_master("mesos://x")
     assert SP.parse_master("local[3]") == ("local[3,4]", 3)
@@ -196,9 +258,9 @@ def test_bad_arguments(sdata):
 # ---------------------------------------------------------------------------- CLI
 
 
-def bobox(*args, timeout=240):
+def bobox(*args, timeout=240, env=None):
     return subprocess.run([sys.executable, "-m", "bobox_sched", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, env=dict(os.environ, **env) if env else None)
 
 
 def test_cli_run_writes_parquet(sdata, answers, tmp_path):
@@ -212,9 +274,25 @@ def test_cli_run_writes_parquet(sdata, answers, tmp_path):
         compare_tables(pq.read_table(out / f"{q}.parquet"), answers[q])
 
 
+def test_cli_run_on_bobox_datagen_output(tpch, tmp_path):
+    out = tmp_path / "answers"
+    p = bobox("spark", "run", "q3", "q18", "--data", tpch, "--partitions", 2, "--output", out, "--master", "local[2]",
+              "--json", env={"BOBOX_SPARK_VIEWS": str(tmp_path / "views")})
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert summary["partitions"] == 2 and summary["split_on_the_fly"]
+    assert "split by order key on the fly" in p.stderr
+    assert len(list((tmp_path / "views").glob("*/part-*"))) == 2
+    for q in ("q3", "q18"):
+        compare_tables(pq.read_table(out / f"{q}.parquet"), duckdb_answer(q, tpch))
+
+
 @pytest.mark.parametrize("args,message", [
     (["spark", "run", "q99", "--data", "{data}"], "unknown query 'q99'"),
     (["spark", "run", "q1", "--data", "{data}/nope"], "does not exist"),
+    (["spark", "run", "q1", "--data", "{data}/lineitem"], "TPC-H table 'lineitem' not found"),
+    (["spark", "run", "q1", "--data", "{data}", "--partitions", "0"], "--partitions must be positive"),
+    (["spark", "run", "q1", "--data", "{data}", "--inject-failure", "q1:x"], "partition must be 0..2"),
     (["spark", "run", "q1", "--data", "{data}", "--master", "bogus://x"], "bad Spark master URL"),
     (["spark", "run", "q1", "--data", "{data}", "--master", "spark://127.0.0.1:{port}"], "cannot reach Spark master"),
     (["spark", "run", "q1", "--data", "{data}", "--inject-failure", "q1"], "bad --inject-failure"),
