@@ -7,8 +7,9 @@ guarantees it) and talks to other operators only through packets on its ports:
   full buffer rejects a packet, which waits in the sender's outbox, and the sender is
   scheduled again (a deferred task) as soon as the receiver takes a packet out;
 * end of stream is a punctuation: ``ctx.close(port)`` delivers it after the packets
-  already sent on that port; ``ctx.at_eos(port)`` is true once it arrived and the buffer
-  is drained. Sources may be unbounded;
+  already sent on that port (``ctx.finish()`` closes every output still open);
+  ``ctx.at_eos(port)`` is true once it arrived and the buffer is drained. Sources may
+  be unbounded;
 * an operator must keep consuming every input while it waits for another one (a hash
   join stashes probe packets until its build side ended). With that rule and bounded
   buffers, a DAG of operators cannot deadlock: the sinks always drain. An operator that
@@ -185,8 +186,10 @@ class Context:
         self.op._bx_resched = True
 
     def finish(self) -> None:
-        """This operator is done (after closing its outputs). Inputs still arriving are
-        dropped."""
+        """This operator is done: end of stream on every output it has not closed yet
+        (without it the receivers would wait for ever), and no more runs. Inputs still
+        arriving are dropped; sending afterwards raises :class:`OperatorError`."""
+        self.close()
         self.op._bx_finishing = True
 
     def set_result(self, value) -> None:

@@ -295,6 +295,38 @@ def test_protocol_misuse_fails_the_request_naming_the_operator(policy):
         assert good.result(HANG) == 2 * sum(range(10_000))
 
 
+class Quitter(StreamOperator):
+    """Passes its first packets on, then finishes early without closing its output
+    (then, with `then_send`, tries to send once more)."""
+
+    def __init__(self, then_send=False):
+        self.n = 0
+        self.then_send = then_send
+
+    def on_packet(self, ctx, port, pkt):
+        self.n += 1
+        ctx.send("out", pkt)
+        if self.n == 3:
+            ctx.finish()
+            if self.then_send:
+                ctx.send("out", pkt)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_finish_without_close_ends_the_stream(policy):
+    """finish() closes what is still open: the receivers see the end of stream (they
+    waited for ever before, and so did shutdown())."""
+    s = Scheduler(policy=policy)
+    try:
+        h = s.submit(_chain(1000, mid=Quitter))
+        assert h.result(HANG) == sum(range(30))
+        bad = s.submit(_chain(1000, mid=lambda: Quitter(then_send=True)))
+        with pytest.raises(OperatorError, match="operator 'm' sent a packet on output 'out' after closing it"):
+            bad.result(HANG)
+    finally:
+        assert shutdown_returns(s), "shutdown() did not return"
+
+
 class BadSource(Source):
     def __init__(self, value):
         self.value = value
