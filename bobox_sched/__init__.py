@@ -6,7 +6,7 @@ immediate and deferred tasks, locality-ordered workers pinned per NUMA node, sle
 on per-thread semaphores, and a 100 ms balancer that migrates or shares requests.
 """
 
-from .errors import BoboxError, RequestCancelled, RequestFailed, SchedulerShutdown
+from .errors import BoboxError, OperatorError, OperatorStalled, RequestCancelled, RequestFailed, SchedulerShutdown
 from .operator import Context, Operator, Sink, Source, StreamOperator
 from .packet import Packet
 from .plan import Plan
@@ -17,6 +17,8 @@ __all__ = [
     "BoboxError",
     "Context",
     "Operator",
+    "OperatorError",
+    "OperatorStalled",
     "Packet",
     "Plan",
     "RequestCancelled",

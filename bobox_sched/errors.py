@@ -17,3 +17,18 @@ class RequestFailed(Exception):
     """Raised by ``handle.result()`` when an operator of the request raised.
 
     ``__cause__`` is the operator's original exception with its traceback."""
+
+
+class OperatorError(BoboxError):
+    """An operator broke the runtime's protocol: sent on a port it had closed, sent
+    something that is not a :class:`~bobox_sched.packet.Packet`, named a port it does
+    not have. Raised inside the operator's run, so it fails the operator's request like
+    any exception of the operator (``handle.failed_operator`` names the operator, and so
+    does the message)."""
+
+
+class OperatorStalled(OperatorError):
+    """An operator kept being run because its input buffer was not empty, and never took
+    a packet or sent one (see ``bobox_sched.task``: a run that makes no progress). Its
+    request fails with this error; the message names the operator and the input port it
+    left unread."""

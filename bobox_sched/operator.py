@@ -7,9 +7,10 @@ guarantees it) and talks to other operators only through packets on its ports:
   full buffer rejects a packet, which waits in the sender's outbox, and the sender is
   scheduled again (a deferred task) as soon as the receiver takes a packet out;
 * end of stream is the *final* punctuation: ``ctx.close(port)`` delivers it after the
-  packets already sent on that port; ``ctx.at_eos(port)`` is true once it arrived and
-  the buffer is drained. Sources may be unbounded (a request on one ends by
-  ``cancel()``, or when its sources close their outputs);
+  packets already sent on that port (``ctx.finish()`` closes every output still open);
+  ``ctx.at_eos(port)`` is true once it arrived and the buffer is drained. Sources may be
+  unbounded (a request on one ends by ``cancel()``, or when its sources close their
+  outputs);
 * other punctuations (``bobox_sched.stream.punct``: window ends, region pulses, latency
   markers, batch ends) travel in the buffers in order with the packets. On an input an
   operator declares *oblivious* (the default) the runtime handles them inside
@@ -21,7 +22,11 @@ guarantees it) and talks to other operators only through packets on its ports:
   forwarded punctuation follows them;
 * an operator must keep consuming every input while it waits for another one (a hash
   join stashes probe packets until its build side ended). With that rule and bounded
-  buffers, a DAG of operators cannot deadlock: the sinks always drain.
+  buffers, a DAG of operators cannot deadlock: the sinks always drain. An operator that
+  breaks it, run again and again for unread input while taking and sending nothing,
+  fails its request with ``OperatorStalled`` (``task.STALL_RUNS`` runs in a row);
+* ``ctx.send`` takes a :class:`Packet` on an output the operator has not closed; anything
+  else (``None`` included) raises ``OperatorError``, which fails the request.
 
 Write an operator by subclassing :class:`Operator` (full control: ``process(ctx)`` is
 called each time it is scheduled), :class:`Source` (``next_packet``) or
@@ -31,6 +36,9 @@ called each time it is scheduled), :class:`Source` (``next_packet``) or
 from __future__ import annotations
 
 from collections import deque
+
+from .errors import OperatorError
+from .packet import Packet
 
 # Operator states: section 3.1 of the Bobox paper, plus FINISHED.
 NOTHING = 0  # nothing to do
@@ -89,6 +97,7 @@ class Operator:
         self._bx_state = NOTHING
         self._bx_inidx = {p: i for i, p in enumerate(self.inputs)}
         self._bx_outidx = {p: i for i, p in enumerate(self.outputs)}
+        self._bx_openidx = dict(self._bx_outidx)  # outputs not closed yet (ctx.send's lookup)
         self._bx_inq = [deque() for _ in self.inputs]
         self._bx_closed = [False] * len(self.inputs)
         self._bx_cap = buffer_packets
@@ -98,6 +107,7 @@ class Operator:
         self._bx_waiters = []  # senders whose packet this operator's full buffer rejected
         self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
         self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+        self._bx_idle = 0  # re-queues for unread input since the last packet taken or sent (task.py)
         # NUMA node this operator's tasks run on (None: wherever the policy puts them);
         # set from Plan.place by Request._bind_nodes.
         self._bx_node = None
@@ -124,15 +134,27 @@ class Context:
         input declared ``punct_in="expecting"`` this may be a punctuation (a
         ``bobox_sched.stream.punct.Punctuation``); on an oblivious one the runtime
         handles punctuations here (module doc)."""
-        return _task.take_input(self.worker, self.op, self.op._bx_inidx[port])
+        op = self.op
+        try:
+            j = op._bx_inidx[port]
+        except KeyError:
+            raise _no_port(op, "input", port) from None
+        return _task.take_input(self.worker, op, j)
 
     def has_input(self, port: str) -> bool:
-        return bool(self.op._bx_inq[self.op._bx_inidx[port]])
+        op = self.op
+        try:
+            return bool(op._bx_inq[op._bx_inidx[port]])
+        except KeyError:
+            raise _no_port(op, "input", port) from None
 
     def at_eos(self, port: str) -> bool:
         """True when `port` got its end-of-stream and every packet before it was taken."""
         op = self.op
-        i = op._bx_inidx[port]
+        try:
+            i = op._bx_inidx[port]
+        except KeyError:
+            raise _no_port(op, "input", port) from None
         return op._bx_closed[i] and not op._bx_inq[i]
 
     def all_eos(self) -> bool:
@@ -143,17 +165,42 @@ class Context:
     def send(self, port: str, packet) -> bool:
         """Send `packet` on output `port`. True if the receiver took it now; False if it
         waits in this operator's outbox (receiver full): stop producing and return, the
-        runtime resends it and runs this operator again when there is room."""
+        runtime resends it and runs this operator again when there is room.
+
+        Raises :class:`OperatorError` (failing the request) for an unknown port, a port
+        this operator already closed, or anything that is not a :class:`Packet` (None
+        included). Columns of unequal length are not checked here (per-packet cost)."""
         op = self.op
-        return _task.send(self.worker, op, op._bx_outidx[port], packet)
+        try:
+            i = op._bx_openidx[port]  # close() removes the port: no per-packet test for it
+        except KeyError:
+            if port in op._bx_outidx:
+                raise OperatorError(f"operator {op.name!r} sent a packet on output {port!r} after closing it") from None
+            raise _no_port(op, "output", port) from None
+        # One cheap check per packet: an identity test of the class (subclasses take the
+        # isinstance path).
+        if packet.__class__ is not Packet and not isinstance(packet, Packet):
+            raise OperatorError(
+                f"operator {op.name!r} sent {type(packet).__name__} on output {port!r}: "
+                "send() takes a Packet (return without sending to emit nothing)"
+            )
+        return _task.send(self.worker, op, i, packet)
 
     def close(self, port: str | None = None) -> None:
-        """End of stream on `port` (all outputs if None)."""
+        """End of stream on `port` (all outputs if None). Closing a port twice is
+        harmless; sending on it afterwards raises :class:`OperatorError`."""
         op = self.op
-        ports = range(len(op.outputs)) if port is None else [op._bx_outidx[port]]
+        if port is None:
+            ports = range(len(op.outputs))
+        else:
+            try:
+                ports = [op._bx_outidx[port]]
+            except KeyError:
+                raise _no_port(op, "output", port) from None
         for i in ports:
             if not op._bx_outclosed[i]:
                 op._bx_outclosed[i] = True
+                op._bx_openidx.pop(op.outputs[i], None)
                 _task.send(self.worker, op, i, EOS)
 
     @property
@@ -184,8 +231,10 @@ class Context:
             _task.send(self.worker, op, i, punct)
 
     def finish(self) -> None:
-        """This operator is done (after closing its outputs). Inputs still arriving are
-        dropped."""
+        """This operator is done: end of stream on every output it has not closed yet
+        (without it the receivers would wait for ever), and no more runs. Inputs still
+        arriving are dropped; sending afterwards raises :class:`OperatorError`."""
+        self.close()
         self.op._bx_finishing = True
 
     def set_result(self, value) -> None:
@@ -217,6 +266,12 @@ class Context:
     @property
     def request(self):
         return self.op._bx_req
+
+
+def _no_port(op, kind: str, port) -> OperatorError:
+    names = op.inputs if kind == "input" else op.outputs
+    have = ", ".join(repr(n) for n in names) or "none"
+    return OperatorError(f"operator {op.name!r} has no {kind} port {port!r} ({kind}s: {have})")
 
 
 class Source(Operator):

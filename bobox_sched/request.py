@@ -80,6 +80,9 @@ class Request:
         # locked in free-threaded builds).
         self.latencies_ns: list = []
         self.final_nodes = None  # node ids evaluating it when it ended
+        # traceback and __context__ of the failure, set once before the future completes
+        self.exc_tb = None
+        self.exc_context = None
         self._final_stats = None
 
     # -- life cycle ---------------------------------------------------------------------
@@ -133,6 +136,10 @@ class Request:
             # frames' local variables: they hold the packets and operator state that
             # the failed request must release.
             traceback.clear_frames(exc.__traceback__)
+            # The traceback as it is now (from the operator's run down to the raise):
+            # every result()/exception() shows this one (see RequestHandle.result).
+            self.exc_tb = exc.__traceback__
+            self.exc_context = exc.__context__
         # The scheduler forgets the request before the future completes: a done callback
         # may call shutdown(), which waits for every request to be forgotten.
         self.scheduler._request_ended(self)
@@ -170,17 +177,31 @@ class RequestHandle:
         dict ``{operator: value}`` when several operators published one.
 
         Raises the operator's own exception (original traceback) if it failed,
-        :class:`RequestCancelled` if cancelled, ``TimeoutError`` after `timeout`."""
-        try:
-            return self._request.future.result(timeout)
-        except FutureTimeout:
-            raise TimeoutError(f"request {self.id} ({self.name}) not done after {timeout} s") from None
+        :class:`RequestCancelled` if cancelled, ``TimeoutError`` after `timeout`.
+
+        Every call raises the same exception object with the same traceback: the frames
+        of this call on top of the operator's own (``Future.result`` would re-raise the
+        object as it is, and each raise would add its frames to the previous ones).
+        Two threads raising it at the same moment still share the one object, whose
+        ``__traceback__`` is then the last writer's."""
+        exc = self.exception(timeout)
+        if exc is None:
+            return self._request.future.result()
+        raise exc
 
     def exception(self, timeout: float | None = None):
+        """The exception the request failed with (None if it succeeded), its
+        ``__traceback__`` and ``__context__`` reset to the operator's (see ``result``)."""
+        req = self._request
         try:
-            return self._request.future.exception(timeout)
+            exc = req.future.exception(timeout)
         except FutureTimeout:
             raise TimeoutError(f"request {self.id} ({self.name}) not done after {timeout} s") from None
+        if exc is not None:
+            # A raise inside a caller's except block also set __context__: undo that too.
+            exc.__traceback__ = req.exc_tb
+            exc.__context__ = req.exc_context
+        return exc
 
     def done(self) -> bool:
         return self._request.future.done()

@@ -17,23 +17,83 @@ Protocol (who touches what, when):
   packet or end of stream in before the run started (the run sees it), or saw RUNNING and
   made the state RUNNING_SCHEDULED (the operator runs again). Nothing is missed, not even
   an end of stream, which changes no buffer.
-* ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed`` belong to the
-  thread running the operator; only it touches them, and only one thread runs an
-  operator at a time (RUNNING / RUNNING_SCHEDULED are exclusive).
+* ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed``,
+  ``op._bx_openidx`` and ``op._bx_idle`` belong to the thread running the operator; only
+  it touches them, and only one thread runs an operator at a time (RUNNING /
+  RUNNING_SCHEDULED are exclusive; the hand-over from one run's thread to the next is
+  ordered by ``_bx_lock`` at SCHEDULED -> RUNNING).
 * A sender whose packet is rejected by a full buffer registers in the receiver's
   ``_waiters`` under the receiver's lock; ``take_input`` pops a packet and takes the
   waiter list under the same lock, then schedules the waiters. So a sender is never
   left waiting for room that already exists (no lost wake-up).
 * Locks are never nested: a thread holds at most one operator lock, for a few
   deque/attribute operations, and calls into the policy only after releasing it.
+
+What an operator may send (checked in ``Context.send`` before ``send`` here, so the
+runtime never queues garbage): a :class:`~bobox_sched.packet.Packet` (an identity test of
+its class, ``isinstance`` only for subclasses), on an output it has not closed
+(``ctx.close`` removes the port from ``_bx_openidx``, the dict ``Context.send`` looks
+ports up in, so this check costs nothing per packet). Anything else, and an unknown
+port, raises ``OperatorError`` inside the run, which fails the request like any
+exception of the operator. Equal column lengths are not checked: that would loop over
+the columns of every packet.
+
+No progress. A run ends in one of the branches at the bottom of ``run_task``; only one of
+them can repeat without end on its own: *re-queued because the input buffer is not empty*
+(not finishing, nothing left in the outbox, no ``reschedule()``, and nothing delivered
+during the run, or the state would be RUNNING_SCHEDULED). An operator that stops reading
+an input stays there forever: its full buffer stops its senders, so nothing else changes,
+and the run is repeated as fast as a core allows (and ``shutdown()`` waits for the request
+for ever). Protocol:
+
+* ``op._bx_idle`` (running thread's): ``take_input`` (a packet taken) and ``send`` (a
+  packet or end of stream sent) set it to 0; that branch adds 1. It counts the re-queues
+  for unread input since the operator last took or sent something. The other branches
+  leave it alone: a reschedule, a blocked outbox or a new delivery are not repeats of
+  the same stuck state.
+* The first such re-queue after progress is an immediate task, as it always was (a
+  stream operator that took one of several buffered packets). Later ones are deferred:
+  a run that took nothing has no hot packet to run near, and behind the request's other
+  tasks whatever it waits for may run first (``bobox`` pops a worker's own immediate
+  list newest first: it would run the same operator again at once, starving the rest
+  of that list).
+* At ``STALL_RUNS`` the operator is made FINISHED under its lock and, after the lock is
+  released, its request fails with ``OperatorStalled`` naming the operator and the
+  input ports it left unread. The request ends like any failed one (operators dropped,
+  the scheduler forgets it), so ``shutdown()`` returns.
+* Cost on the per-task path: one attribute store per packet taken or sent and an
+  add/compare per re-queue; no lock, no clock read, no allocation.
+
+Operators that follow the rule of ``operator.py`` (keep consuming every input; a hash
+join stashes probe packets) never reach a second such re-queue: the unit, stress and
+TPC-H tests and ``bobox run`` (both policies, 4 KiB and 512 KiB packets, parallel 1 and
+4) counted none.
+
+GIL: the fields added for these checks (``_bx_openidx``, ``_bx_idle``) have one owner,
+the running thread, handed over under ``_bx_lock`` like the outbox, so they need neither
+the GIL nor a lock, in a free-threaded build too. The stall branch reads the input
+buffers under ``_bx_lock`` as before; ``_stalled`` takes that lock again, after it was
+released, to list the unread ports, and ``Request.fail`` runs with no lock held.
 """
 
 from __future__ import annotations
 
 import sys
 
+from .errors import OperatorStalled
 from .operator import EOS, FINISHED, NOTHING, RUNNING, RUNNING_SCHEDULED, SCHEDULED
 from .stream.punct import RUNTIME_ONLY, Marker, Punctuation
+
+# Re-queues for unread input without a packet taken or sent, after which an operator is
+# stalled and its request fails ("No progress" above). Legitimate plans never pass 1
+# (see above). A run of an operator that reads nothing cost 1.9 us (bobox) to 3.3 us
+# (simple) on the 2-core development VM (``Deaf`` of tests/test_api_errors.py: 100_000
+# runs in 0.19-0.34 s and 0.33-0.42 s, machine shared), so this gives up after about
+# 0.2-0.4 s of one core: long
+# enough for an operator that breaks the rule to be unblocked by work on another thread
+# before it is declared stuck, short enough that a stuck request fails before a user
+# wonders.
+STALL_RUNS = 100_000
 
 
 def schedule(op, worker, immediate: bool) -> None:
@@ -92,6 +152,7 @@ def _deliver(worker, src, i: int, item) -> bool:
 def send(worker, op, i: int, item) -> bool:
     """Send on output `i` of `op`, keeping per-edge order: behind anything already
     waiting in the outbox. True if delivered now."""
+    op._bx_idle = 0  # progress: a packet or an end of stream was sent
     ob = op._bx_outbox
     if not ob and _deliver(worker, op, i, item):
         return True
@@ -120,6 +181,7 @@ def take_input(worker, op, j: int):
             if not q:
                 return None
             pkt = q.popleft()
+            op._bx_idle = 0  # progress (owned by the running thread; the lock is incidental)
             waiters = op._bx_waiters
             if waiters:
                 op._bx_waiters = []
@@ -225,13 +287,37 @@ def run_task(worker, op) -> None:
             op._bx_state = SCHEDULED
             immediate = False
         elif any(op._bx_inq):
-            op._bx_state = SCHEDULED
-            immediate = True
+            # Unread input: run again. No progress detection (module doc): `idle` counts
+            # these re-queues since the operator last took or sent a packet.
+            idle = op._bx_idle + 1
+            op._bx_idle = idle
+            if idle < STALL_RUNS:
+                op._bx_state = SCHEDULED
+                immediate = idle == 1  # a run that made no progress waits behind others
+            else:
+                op._bx_state = FINISHED
+                immediate = None
         else:
             op._bx_state = NOTHING
             return
+    if immediate is None:
+        req.fail(_stalled(op), op)
+        return
     if resched.__class__ is float:  # ctx.reschedule(delay): a timer pushes the task
         req.policy.push_later(req, op, resched)
         return
     _push(op, worker, immediate)
+
+
+def _stalled(op) -> OperatorStalled:
+    """The error of an operator that made no progress in STALL_RUNS runs in a row."""
+    with op._bx_lock:
+        unread = [(port, len(q)) for port, q in zip(op.inputs, op._bx_inq) if q]
+    ports = ", ".join(f"{port!r} ({n} packet{'s' if n != 1 else ''})" for port, n in unread) or "none"
+    return OperatorStalled(
+        f"operator {op.name!r} ({type(op).__name__}) made no progress: run {STALL_RUNS} times in a "
+        f"row for its unread input on {ports} without taking or sending a packet; an operator "
+        "must keep consuming every input (stash packets it cannot use yet), or call "
+        "ctx.reschedule() to be run again without reading"
+    )
 
