@@ -108,6 +108,10 @@ class Operator:
         self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
         self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
         self._bx_idle = 0  # re-queues for unread input since the last packet taken or sent (task.py)
+        # How a packet sent on an output reaches its receiver: task._deliver (bounded
+        # buffer, outbox and waiters), unless the policy brings its own send path
+        # (Policy.deliver; set by Request).
+        self._bx_deliver = _task._deliver
         # NUMA node this operator's tasks run on (None: wherever the policy puts them);
         # set from Plan.place by Request._bind_nodes.
         self._bx_node = None

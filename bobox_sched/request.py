@@ -62,6 +62,10 @@ class Request:
             op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
             ops[s]._bx_dst[si] = (ops[d], di)
+        deliver = self.policy.deliver
+        if deliver is not None:
+            for op in ops.values():
+                op._bx_deliver = deliver
         places = plan.placements
         if places:
             node_ids = [n.os_index for n in scheduler.topology.cpu_nodes]

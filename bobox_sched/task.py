@@ -154,7 +154,7 @@ def send(worker, op, i: int, item) -> bool:
     waiting in the outbox. True if delivered now."""
     op._bx_idle = 0  # progress: a packet or an end of stream was sent
     ob = op._bx_outbox
-    if not ob and _deliver(worker, op, i, item):
+    if not ob and op._bx_deliver(worker, op, i, item):
         return True
     ob.append((i, item))
     return False
@@ -165,7 +165,7 @@ def flush(worker, op) -> bool:
     ob = op._bx_outbox
     while ob:
         i, item = ob[0]
-        if not _deliver(worker, op, i, item):
+        if not op._bx_deliver(worker, op, i, item):
             return False
         ob.popleft()
     return True

@@ -18,7 +18,6 @@ from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, 
 from topology.memory import live_nodes
 
 from .operator import Context
-from .task import run_task
 
 
 class Worker:
@@ -79,6 +78,7 @@ class Worker:
     def _main(self) -> None:
         self._bind_to_node()
         next_task = self.scheduler.policy.next_task
+        run_task = self.scheduler.policy.run_task
         clock = time.perf_counter_ns
         wid = self.id
         while True:

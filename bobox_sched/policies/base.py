@@ -15,6 +15,8 @@ Contract:
   stopping and no work is left, which ends the worker.
 * ``place(request)`` runs before the request's first task is pushed;
   ``request_done(request)`` once, when it ended.
+* ``run_task`` (attribute) is what a worker calls with the task ``next_task`` returned;
+  ``deliver`` (attribute, None by default) replaces how a sent item reaches its receiver;
 * ``push_on(request, op, node=None, worker=None)`` places a task on a node or a worker
   (default: a plain deferred task);
 * ``push_later(request, op, delay)`` (default: the scheduler's timer thread calls
@@ -23,14 +25,27 @@ Contract:
 
 from __future__ import annotations
 
+from .. import task as _task
+
 
 class Policy:
     name = "?"
+    # A policy with its own send path (e.g. running the receiver on the sender's thread
+    # when its queue is full) sets this to ``deliver(worker, src, out_index, item) ->
+    # bool`` with ``task._deliver``'s contract: put `item` (a packet, punctuation or EOS)
+    # at the far end of output `out_index` of `src`; False leaves it in `src`'s outbox
+    # and `src` must then be scheduled again when there is room. None: ``task._deliver``.
+    deliver = None
 
     def __init__(self, scheduler, threads_per_node: int | None):
         self.scheduler = scheduler
         self.topology = scheduler.topology
         self.threads_per_node = threads_per_node
+        # What a worker calls to run the task ``next_task`` gave it: ``run_task(worker,
+        # task)``. A policy whose tasks are not plain operator runs (several workers in
+        # one operator, a port of an operator) replaces it. An attribute, not a method,
+        # so the default costs no extra frame per task.
+        self.run_task = _task.run_task
 
     @classmethod
     def default_packet_bytes(cls, topology) -> int:
