@@ -11,13 +11,19 @@ Protocol (who may touch what, when):
 
 * ``requests`` is a tuple replaced (copy-on-write) under ``lock`` by placement, the
   balancer and request completion; workers iterate whatever tuple they read, lock-free.
-* ``idle`` (the sleeping workers) and the sleep/wake decision are guarded by ``lock``.
-  A worker going to sleep appends itself to ``idle`` *then* counts the pending tasks,
-  both under the lock; a task pusher appends its task *then* reads ``idle`` (no lock),
-  and only if it is non-empty takes the lock, counts again and wakes one worker. One
-  of the two always sees the other (the GIL makes these steps sequentially
-  consistent), so a task is never stranded while every thread of its node sleeps, and a
-  fully busy node (``idle`` empty) never touches a lock or semaphore on a push.
+* ``idle`` (the sleeping workers): a worker going to sleep appends itself to ``idle``
+  *then* counts the pending tasks (the sleeping rule: not while the node has more tasks
+  than running threads), under ``lock`` (sleepers and ``wake_all`` only). A task pusher
+  appends its task *then* reads ``idle``, and if a sleeper is there and the task needs
+  another thread, pops one sleeper and releases it (``wake_one``: no lock, no count). One
+  of the two always sees the other (the GIL makes these steps sequentially consistent;
+  a free-threaded build needs a fence between each side's two steps), so a task is never
+  stranded while every thread of its node sleeps, and a push never takes a lock or
+  scans the node: the count runs only on the way to sleep, over queue lengths that only
+  their owners grow.
+* "Needs another thread": the pusher's own next task does not (it runs it itself, step
+  1); a second queued task, or a task pushed by a non-worker or another node's worker,
+  does.
 * A sleeper is woken by the one thread that popped it from ``idle``: it released the
   sleeper's binary semaphore exactly once.
 """
@@ -83,6 +89,18 @@ class NodeState:
             if limit is not None and n > limit:
                 return n
         return n
+
+    def wake_one(self) -> bool:
+        """Wake one sleeping worker, lock-free: ``list.pop`` is one atomic step, so each
+        sleeper is popped by exactly one waker, who releases its park exactly once. A
+        sleeper that changes its mind (``try_sleep``) and finds itself already popped
+        consumes that release instead of sleeping. False if nobody sleeps."""
+        try:
+            w = self.idle.pop()
+        except IndexError:
+            return False
+        w.park.release()
+        return True
 
     def must_not_sleep(self) -> bool:
         """The sleeping rule: no thread may sleep while the node has more tasks than

@@ -21,7 +21,6 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from .errors import RequestCancelled
-from .operator import SCHEDULED
 from .packet import ByteAccount
 
 STEP_NAMES = {
@@ -93,7 +92,7 @@ class Request:
     def start(self) -> None:
         """Give every source operator its first (deferred) task."""
         for op in self.sources:
-            op._bx_state = SCHEDULED
+            op._bx_tok.acquire()  # a fresh operator: free; the first task is this one
             self.policy.push_deferred(self, op, None)
         if not self.sources:  # nothing to run: a plan of zero sources completes at once
             self._end(self.DONE)
@@ -126,13 +125,13 @@ class Request:
         self.sources = []
         self.deferred.clear()
         if ops:
-            # Input buffers are guarded by the operator locks: drop them now. Outboxes
+            # Input buffers (deques with atomic steps) are dropped now. Outboxes
             # belong to whichever thread may still be running the operator: that thread
             # drops them (run_task sees the request is over).
             for op in ops.values():
-                with op._bx_lock:
-                    op._bx_inq = [deque() for _ in op._bx_inq]
-                    op._bx_waiters = []
+                for q in op._bx_inq:
+                    q.clear()  # one atomic step each; a racing sender's packet dies with op
+                op._bx_waiters.clear()
         results = self.results
         if state != self.DONE:
             self.results = {}

@@ -326,3 +326,64 @@ def test_sleep_refused_once_stopping():
     (w,) = p.nodes[0].workers
     p.scheduler._stopping = True
     assert p.try_sleep(w) is False and p.nodes[0].idle == []
+
+
+class AcquirablePark(CountingPark):
+    """A park whose release may be consumed (acquire) once it happened."""
+
+    def __init__(self):
+        super().__init__()
+        self.acquires = 0
+
+    def acquire(self, blocking=True):
+        assert self.releases > self.acquires, "would block: nobody released this park"
+        self.acquires += 1
+        return True
+
+
+def test_deferred_push_wakes_only_when_the_pusher_cannot_take_it():
+    p = make_policy(nodes=2, threads=2)
+    node = p.nodes[0]
+    w0, w1 = node.workers
+    r = Req(p, 0)
+    assert p.try_sleep(w1)
+    # w0 of the same node with nothing else queued takes the task itself (step 2/3)
+    p.push_deferred(r, Op(r, "d0"), w0)
+    assert w1.park.releases == 0 and node.idle == [w1]
+    # w0 with an immediate task queued: the deferred one needs another thread
+    p.push_immediate(w0, Op(r, "i0"))
+    p.push_deferred(r, Op(r, "d1"), w0)
+    assert w1.park.releases == 1 and node.idle == []
+    # a push from outside the workers (submit, a timer, a channel) always wakes
+    assert p.try_sleep(w1) is False  # 2 deferred + 1 immediate > 1 running: w1 must not sleep
+    r2 = Req(p, 0)
+    node.idle.append(w1)
+    p.push_deferred(r2, Op(r2, "x"), None)
+    assert w1.park.releases == 2
+    # ... and so does a worker of another node
+    node.idle.append(w1)
+    other = p.nodes[1].workers[0]
+    p.push_deferred(r2, Op(r2, "y"), other)
+    assert w1.park.releases == 3
+
+
+def test_a_sleeper_popped_by_a_lock_free_waker_consumes_the_release():
+    """try_sleep registers, then the sleeping rule says no; a waker popped it from idle in
+    between (wake_one takes no lock): the sleeper must consume that release, not leave it
+    pending (its next real sleep would return at once) and not block."""
+    p = make_policy(nodes=1, threads=2)
+    node = p.nodes[0]
+    w0, w1 = node.workers
+    w1.park = AcquirablePark()
+    r = Req(p, 0)
+    for label in "abc":
+        r.deferred.append((Op(r, label), None))
+    real = node.must_not_sleep
+
+    def count_with_a_racing_waker():
+        assert node.wake_one()  # the waker pops w1 (just appended) and releases it
+        return real()
+
+    node.must_not_sleep = count_with_a_racing_waker
+    assert p.try_sleep(w1) is False  # 3 tasks > 2 running: w1 stays awake
+    assert w1.park.releases == 1 and w1.park.acquires == 1 and node.idle == []

@@ -206,3 +206,22 @@ def test_many_concurrent_submitters_and_requests():
         assert errors == []
         assert s.stats()["requests_done"] == 80
     assert Guarded.violations == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(random_dags(), st.integers(1, 3), st.booleans(), st.sampled_from([None, 0.002]))
+def test_no_lost_wakeup_with_sleeping_nodes_and_one_packet_buffers(spec, copies, on_node0, balance):
+    """The lock-free wake decision (a pusher's only queued task wakes nobody; a deferred
+    push by a worker with nothing queued wakes nobody): with one-packet buffers every
+    send may block and every take wakes a waiter, and with few requests on 2 nodes x 2
+    threads most workers sleep most of the time. A lost wake-up shows as a hang."""
+    plan, edges = build_plan(spec)
+    Guarded.violations = []
+    with Scheduler(topology=make_topology(2, 2), pin=False, threads_per_node=2, buffer_packets=1,
+                   balance_interval=balance) as s:
+        handles = [s.submit(plan, node=0 if on_node0 else None) for _ in range(copies)]
+        for h in handles:
+            check_result(h.result(WAIT_S), edges, spec[1])
+        gc.collect()
+        assert s.bytes.held == 0
+    assert Guarded.violations == []

@@ -85,10 +85,15 @@ class BoboxPolicy(Policy):
 
     # -- task creation -------------------------------------------------------------------
     def push_immediate(self, worker, op) -> None:
-        worker.imm.append(op)
-        node = worker.node
-        if node.idle:
-            self._wake(node, False)
+        imm = worker.imm
+        imm.append(op)
+        # The pusher's only queued task needs nobody: the pusher runs it next (step 1,
+        # Tokio's LIFO slot). With more queued, the node has more tasks than this running
+        # thread: wake a sleeper, if any (node.py: lock-free wake, no scan).
+        if len(imm) > 1:
+            node = worker.node
+            if node.idle:
+                node.wake_one()
 
     def push_deferred(self, request, op, worker) -> None:
         nodes = request.nodes
@@ -102,8 +107,11 @@ class BoboxPolicy(Policy):
             request.rr = k + 1
             node = nodes[k % len(nodes)]
             request.deferred.append((op, node))
-        if node.idle:
-            self._wake(node, False)
+        # A worker of this node with nothing else queued takes the task itself (it looks
+        # at its request's deferred list right after its own list); anyone else, or a
+        # busy worker, wakes a sleeper.
+        if node.idle and (worker is None or worker.node is not node or worker.imm):
+            node.wake_one()
         if request.nodes is not nodes:
             # Migrated, shared or ended between our read and our append: the node now
             # responsible may have looked before the task was there. Wake whoever is
@@ -112,7 +120,7 @@ class BoboxPolicy(Policy):
                 request.deferred.clear()
             for n in request.nodes:
                 if n.idle:
-                    self._wake(n, False)
+                    n.wake_one()
 
     def push_on(self, request, op, node: int | None = None, worker=None) -> None:
         """A task that must run on `worker` (appended to its immediate list: the deque
@@ -136,19 +144,11 @@ class BoboxPolicy(Policy):
             return
         nd.pinned.append(op)
         if nd.idle:
-            self._wake(nd, False)
+            nd.wake_one()
 
-    def _wake(self, node: NodeState, always: bool) -> bool:
-        """Wake one sleeping worker of `node` if the sleeping rule says one must run
-        (or unconditionally with `always`: a request was added to the node)."""
-        with node.lock:
-            if not node.idle:
-                return False
-            if not always and not node.must_not_sleep():
-                return False
-            w = node.idle.pop()
-        w.park.release()
-        return True
+    def _wake(self, node: NodeState, always: bool = True) -> bool:
+        """Wake one sleeping worker of `node` (a request was added to it)."""
+        return node.wake_one()
 
     # -- task selection ------------------------------------------------------------------
     def find_task(self, w):
@@ -207,13 +207,28 @@ class BoboxPolicy(Policy):
             # _stopping is set before wake_all takes this lock: either wake_all finds us
             # in idle, or we see _stopping here and do not sleep (no lost shutdown).
             if self.scheduler._stopping or node.must_not_sleep():
-                node.idle.remove(w)
+                try:
+                    node.idle.remove(w)
+                except ValueError:
+                    # A lock-free waker popped us meanwhile and released our park (or is
+                    # about to): consume that release, we are awake anyway.
+                    w.park.acquire()
                 return False
         w.steps[5] += 1
         w.sleeps += 1
         return True
 
     def next_task(self, w):
+        # Step 1 inlined (the common case: one frame less per task), then find_task.
+        imm = w.imm
+        if imm:
+            try:
+                op = imm.pop()
+                w.last_step = 1
+                w.steps[1] += 1
+                return op
+            except IndexError:  # a thief took it
+                pass
         find = self.find_task
         sched = self.scheduler
         while True:
