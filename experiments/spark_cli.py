@@ -7,21 +7,20 @@ subcommand runs (``experiments/spark_pipeline.py``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from bobox_sched import limits as L
+from bobox_sched.argtypes import byte_size, count, path, scale_factor
 
 DEFAULT_SF = 0.1
-
-
-def _parse_bytes(text: str) -> int:
-    from topology.cli import parse_bytes
-
-    return parse_bytes(text)
+_parse_bytes = byte_size()
 
 
 def _master(p) -> None:
     p.add_argument("--master", default="local[*]", metavar="URL",
                    help="Spark master: local[*] (default: embedded, PySpark's own JVM), local[N], local[N,F], "
                    "spark://HOST:PORT (a standalone cluster), yarn, k8s://...")
-    p.add_argument("--executor-cores", type=int, metavar="C",
+    p.add_argument("--executor-cores", type=count(L.MAX_EXECUTOR_CORES), metavar="C",
                    help="cores per executor on a cluster (default: Spark's); one task per executor at a time uses "
                    "them all, and the Scheduler inside spreads them over the machine's NUMA nodes")
 
@@ -35,9 +34,10 @@ def add_arguments(p) -> None:
                        "and lineitem, co-partitioned on the order key) plus one for the small tables (replicated). "
                        "Writes DIR/<table>/part-<i>.parquet, DIR/<table>.parquet and a manifest. A second call "
                        "with the same arguments does nothing.")
-    d.add_argument("--sf", type=float, default=DEFAULT_SF, metavar="X", help=f"scale factor (default {DEFAULT_SF})")
-    d.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>-spark)")
-    d.add_argument("--partitions", type=int, metavar="P",
+    d.add_argument("--sf", type=scale_factor, default=DEFAULT_SF, metavar="X",
+                   help=f"scale factor (default {DEFAULT_SF}, at most {L.MAX_SF:g})")
+    d.add_argument("--out", type=path, metavar="DIR", help="output folder (default data/tpch-sf<SF>-spark)")
+    d.add_argument("--partitions", type=count(L.MAX_PARTITIONS), metavar="P",
                    help="data partitions (default: one per executor and NUMA node)")
     _master(d)
     d.set_defaults(spark_func=_datagen)
@@ -48,14 +48,15 @@ def add_arguments(p) -> None:
                        "query and combined on the executors. Answers go to DIR/<query>.parquet as with bobox run.")
     r.add_argument("queries", nargs="*", metavar="QUERY",
                    help="TPC-H queries (default: q1 q3 q5 q6 q10 q12 q14 q18; also q4 q19)")
-    r.add_argument("--data", metavar="DIR",
+    r.add_argument("--data", type=path, metavar="DIR",
                    help="partitioned TPC-H folder from bobox spark datagen (default data/tpch-sf<SF>-spark, "
                    "generated if missing)")
-    r.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate when --data is not given "
+    r.add_argument("--sf", type=scale_factor, metavar="X", help=f"scale factor to generate when --data is not given "
                    f"(default {DEFAULT_SF})")
-    r.add_argument("--output", metavar="DIR", help="write each answer to DIR/<query>.parquet")
+    r.add_argument("--output", type=path, metavar="DIR",
+                   help="write each answer to DIR/<query>.parquet (DIR/_bobox_results.json marks a complete set)")
     r.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
-    r.add_argument("--threads-per-node", type=int, metavar="T",
+    r.add_argument("--threads-per-node", type=count(L.MAX_THREADS_PER_NODE), metavar="T",
                    help="executor worker threads per NUMA node (default: the executor's cores)")
     r.add_argument("--packet-bytes", type=_parse_bytes, metavar="B",
                    help="packet size, e.g. 64K (default: the policy's)")
@@ -71,8 +72,9 @@ def add_arguments(p) -> None:
                          "run_id, series, x, metric, value, repeat) into one Spark DataFrame; write "
                          "OUT/summary.csv (median, min, max, runs, hosts per experiment, series, x, metric) and a "
                          "section 'Summary of N runs on M hosts' in OUT/report.md.")
-    rep.add_argument("result_dirs", nargs="+", metavar="RESULT_DIR", help="folders written by bobox experiment")
-    rep.add_argument("--out", default="results", metavar="DIR", help="output folder (default results/)")
+    rep.add_argument("result_dirs", type=path, nargs="+", metavar="RESULT_DIR",
+                     help="folders written by bobox experiment")
+    rep.add_argument("--out", type=path, default="results", metavar="DIR", help="output folder (default results/)")
     rep.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     _master(rep)
     rep.set_defaults(spark_func=_report)
@@ -82,13 +84,16 @@ def add_arguments(p) -> None:
                        "Scheduler) and through bobox spark run (warm session), interleaved, and print the median "
                        "times and their ratio. The JVM start is reported apart, not in the ratio.")
     b.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the mix q1 q3 q5 q6 q10 q12 q14 q18)")
-    b.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate (default {DEFAULT_SF})")
-    b.add_argument("--data", metavar="DIR", help="partitioned TPC-H folder (default data/tpch-sf<SF>-spark, "
+    b.add_argument("--sf", type=scale_factor, metavar="X", help=f"scale factor to generate (default {DEFAULT_SF})")
+    b.add_argument("--data", type=path, metavar="DIR", help="partitioned TPC-H folder (default data/tpch-sf<SF>-spark, "
                    "generated if missing)")
-    b.add_argument("--partitions", type=int, metavar="P", help="partitions when generating the data")
-    b.add_argument("--repeat", type=int, default=9, metavar="N", help="timed runs of each path (default 9)")
+    b.add_argument("--partitions", type=count(L.MAX_PARTITIONS), metavar="P",
+                   help="partitions when generating the data")
+    b.add_argument("--repeat", type=count(L.MAX_REPEAT), default=9, metavar="N",
+                   help="timed runs of each path (default 9)")
     b.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
-    b.add_argument("--threads-per-node", type=int, metavar="T", help="worker threads per NUMA node")
+    b.add_argument("--threads-per-node", type=count(L.MAX_THREADS_PER_NODE), metavar="T",
+                   help="worker threads per NUMA node")
     b.add_argument("--packet-bytes", type=_parse_bytes, metavar="B", help="packet size, e.g. 64K")
     b.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     _master(b)
@@ -96,12 +101,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from bobox_sched.errors import BoboxError
-
-    for k in ("sf", "partitions", "threads_per_node", "repeat", "executor_cores"):
-        v = getattr(args, k, None)
-        if v is not None and v <= 0:
-            raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v:g}")
     from .spark_pipeline import parse_master
 
     parse_master(args.master)  # a bad URL fails here, before anything starts
@@ -132,10 +131,31 @@ def _session(args):
     return spark_session(args.master, executor_cores=args.executor_cores)
 
 
+def check_spark_out(out, sf: float, partitions: int | None) -> None:
+    """Before a JVM starts: unless `out` already holds this data set, it must be a place
+    where stage 1 can write SF `sf` (``operators.data.check_datagen_out``)."""
+    from operators.data import check_datagen_out, target_of
+
+    from .spark_pipeline import _check_existing
+
+    if not str(out).strip():
+        from bobox_sched.errors import BoboxError
+
+        raise BoboxError("--out must not be empty")
+    if not _check_existing(target_of(Path(out).expanduser()).absolute(), sf, partitions):
+        check_datagen_out(out, sf, "spark datagen output")
+
+
+def _check_data_types(data) -> None:
+    """Every TPC-H column of --data typed as the plans expect, read on the driver from
+    the Parquet footers before a JVM starts (executors would fail each attempt)."""
+    from .workload import check_data
+
+    check_data(data)
+
+
 def _data(args, partitions=None):
     """The folder to run on: --data (must exist), or the default one, generated."""
-    from pathlib import Path
-
     from .spark_pipeline import default_spark_data_dir, read_spark_manifest, spark_datagen
 
     if args.data:
@@ -148,6 +168,7 @@ def _data(args, partitions=None):
                 raise BoboxError(f"--data {args.data} holds SF {sf:g}, not --sf {args.sf:g}")
         return Path(args.data), None
     sf = args.sf if args.sf is not None else DEFAULT_SF
+    check_spark_out(default_spark_data_dir(sf), sf, partitions)
     spark = _session(args)
     return spark_datagen(sf, default_spark_data_dir(sf), partitions=partitions, spark=spark), spark
 
@@ -155,8 +176,10 @@ def _data(args, partitions=None):
 def _datagen(args) -> int:
     from .spark_pipeline import default_spark_data_dir, spark_datagen
 
+    out = args.out or default_spark_data_dir(args.sf)
+    check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
     spark = _session(args)
-    path = spark_datagen(args.sf, args.out or default_spark_data_dir(args.sf), partitions=args.partitions, spark=spark)
+    path = spark_datagen(args.sf, out, partitions=args.partitions, spark=spark)
     print(path)
     return 0
 
@@ -165,7 +188,13 @@ def _run(args) -> int:
     from .spark_pipeline import check_queries, parse_injection, read_spark_manifest, spark_run_detailed
 
     queries = check_queries(args.queries)  # bad input fails before a JVM starts
+    if args.output is not None:
+        from bobox_sched.outputs import check_output_dir
+
+        check_output_dir(args.output, "--output")
     if args.data:
+        if Path(args.data).expanduser().is_dir():
+            _check_data_types(args.data)
         parse_injection(args.inject_failure, queries, int(read_spark_manifest(args.data)["partitions"]))
     data, spark = _data(args)
     spark = spark or _session(args)
@@ -177,7 +206,7 @@ def _run(args) -> int:
         print(f"{q:<8}{t.num_rows:>6}")
     print(f"\n{len(run.tables)} queries over {run.partitions} partitions in {run.wall_s:.3f} s on {run.master}"
           + (f"; retried: {', '.join(f'{q}:{p}' for q, p in run.retried)}" if run.retried else ""))
-    if args.output:
+    if args.output is not None:
         print(f"wrote {len(run.output)} result files to {args.output}/")
     if args.json:
         print(json.dumps(run.summary()))
@@ -187,7 +216,10 @@ def _run(args) -> int:
 def _report(args) -> int:
     from .spark_pipeline import _experiment_csvs, spark_report
 
+    from bobox_sched.outputs import check_output_dir
+
     _experiment_csvs(args.result_dirs)  # bad folders fail before a JVM starts
+    check_output_dir(args.out, "--out")
     summary = spark_report(args.result_dirs, args.out, spark=_session(args))
     print(summary["report"])
     if args.json:
@@ -202,6 +234,8 @@ def _bench(args) -> int:
 
     queries = check_queries(args.queries)
     if args.data:
+        if Path(args.data).expanduser().is_dir():
+            _check_data_types(args.data)
         read_spark_manifest(args.data)  # before a JVM starts
     t0 = time.perf_counter()
     spark = _session(args)
