@@ -120,11 +120,11 @@ def add_datagen_arguments(p) -> None:
 
 def datagen_cmd(args) -> int:
     if args.spark:
-        from .spark_cli import check_spark_out
-        from .spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, parse_master, spark_datagen
+        from .spark_cli import check_master, check_spark_out
+        from .spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, spark_datagen
 
         master = args.master or DEFAULT_MASTER
-        parse_master(master)
+        check_master(master)
         out = args.out or default_spark_data_dir(args.sf)
         check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
         path = spark_datagen(args.sf, out, master=master, partitions=args.partitions)

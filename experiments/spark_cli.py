@@ -100,10 +100,20 @@ def add_arguments(p) -> None:
     b.set_defaults(spark_func=_bench)
 
 
-def run(args) -> int:
+def check_master(master: str) -> None:
+    """A bad URL, an unreachable standalone master or ``local[N]`` beyond the cap fail
+    here, before anything starts."""
+    from bobox_sched.limits import check_count
+
     from .spark_pipeline import parse_master
 
-    parse_master(args.master)  # a bad URL fails here, before anything starts
+    _, cores = parse_master(master)
+    if cores is not None:
+        check_count(f"--master {master}: local cores", cores, L.MAX_EXECUTOR_CORES)
+
+
+def run(args) -> int:
+    check_master(args.master)
     try:
         return args.spark_func(args)
     finally:
@@ -228,7 +238,7 @@ def _report(args) -> int:
 
 
 def _bench(args) -> int:
-    from .spark_pipeline import bench_overhead, check_queries, read_spark_manifest
+    from .spark_pipeline import bench_overhead, check_queries, default_spark_data_dir, read_spark_manifest
 
     import time
 
@@ -237,6 +247,9 @@ def _bench(args) -> int:
         if Path(args.data).expanduser().is_dir():
             _check_data_types(args.data)
         read_spark_manifest(args.data)  # before a JVM starts
+    else:
+        sf = args.sf if args.sf is not None else DEFAULT_SF
+        check_spark_out(default_spark_data_dir(sf), sf, args.partitions)
     t0 = time.perf_counter()
     spark = _session(args)
     jvm_s = time.perf_counter() - t0

@@ -546,6 +546,7 @@ def test_issue_numbers(tpch, tmp_path):
     refused(bobox("run", "--data", tpch, "--concurrency", "5000", "--repeat", "3"), "120000 requests", "cap")
     refused(bobox("run", "--data", tpch, "--parallel", "100000"), "--parallel must be at most")
     refused(bobox("datagen", "--sf", "1e9", "--out", tmp_path / "d"), "--sf must be at most")
+    refused(bobox("spark", "run", "q6", "--master", "local[40000]"), "local cores must be at most")
     assert list(tmp_path.iterdir()) == []
 
 
