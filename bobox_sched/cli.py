@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
 import sys
 
 from topology.errors import TopologyError
@@ -15,6 +17,23 @@ from topology.errors import TopologyError
 from .errors import BoboxError
 
 USER_ERRORS = (BoboxError, TopologyError, FileNotFoundError, NotADirectoryError, ValueError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``error: --concurrency must be positive, got 0
+    (see bobox run --help)`` on stderr and exit status 2 (argparse's own ``error`` prints
+    its usage block first: several lines)."""
+
+    def error(self, message):
+        message = " ".join(str(message).split())
+        m = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
+        if m:  # "argument --sf: must be positive" -> "--sf must be positive"
+            message = f"{m.group(1)}{' ' if m.group(2).startswith('must ') else ': '}{m.group(2)}"
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    return f"warning: {' '.join(str(message).split())}\n"
 
 
 def _cmd_topology(sub):
@@ -82,7 +101,7 @@ SUBCOMMANDS = [_cmd_topology, _cmd_datagen, _cmd_run, _cmd_bench, _cmd_experimen
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bobox",
         description="bobox-sched: a NUMA-aware task scheduler for dataflow query execution.",
     )
@@ -94,18 +113,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    import warnings
+
+    from . import outputs, procs
+
+    warnings.formatwarning = _one_line_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the command as typed
+    procs.install_signal_handlers()
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        # Ctrl-C (SIGINT) or kill (SIGTERM/SIGHUP, procs.Terminated): no child process and
+        # no temporary file may outlive the command.
+        procs.ignore_interrupts()
+        procs.kill_all()
+        outputs.remove_owned()
+        signum = getattr(e, "signum", 2)
+        print(f"interrupted ({'SIGINT' if signum == 2 else signal.Signals(signum).name}): "
+              "child processes stopped, temporary files removed", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # Output piped into `head` & co.: not an error. Point stdout at devnull so the
         # interpreter's final flush does not complain again.

@@ -27,7 +27,9 @@ import topology as _topology
 from topology import current_node, page_nodes
 from topology.memory import live_nodes
 
+from . import limits
 from .errors import BoboxError, SchedulerShutdown
+from .limits import check_count, check_real
 from .packet import ByteAccount, NodePool
 from .plan import Plan
 from .policies import get_policy
@@ -40,6 +42,10 @@ from .timers import Timers
 # merely running a task on another thread. 4 measured best-or-equal of {1,2,4,8,16} on
 # the TPC-H mix (bobox bench queries, 2 cores).
 DEFAULT_BUFFER_PACKETS = 4
+
+
+class OversubscriptionWarning(UserWarning):
+    """More worker threads per node than the node has CPUs (allowed, but they share)."""
 
 
 class Scheduler:
@@ -80,16 +86,17 @@ class Scheduler:
         memory: str = "local",
         locality_sample: int = 0,
     ):
-        if threads_per_node is not None and (not isinstance(threads_per_node, int) or threads_per_node < 1):
-            raise BoboxError(f"threads_per_node must be a positive integer, got {threads_per_node!r}")
-        if packet_bytes is not None and (not isinstance(packet_bytes, int) or packet_bytes < 64):
-            raise BoboxError(f"packet_bytes must be an integer of at least 64, got {packet_bytes!r}")
-        if balance_interval is not None and balance_interval < 0:
-            raise BoboxError(f"balance_interval must be positive (or None to disable), got {balance_interval!r}")
-        if not isinstance(buffer_packets, int) or buffer_packets < 1:
-            raise BoboxError(f"buffer_packets must be a positive integer, got {buffer_packets!r}")
+        # Bounds: bobox_sched/limits.py (the CLI applies the same ones).
+        if threads_per_node is not None:
+            threads_per_node = check_count("threads_per_node", threads_per_node, limits.MAX_THREADS_PER_NODE)
+        if packet_bytes is not None:
+            packet_bytes = check_count("packet_bytes", packet_bytes, limits.MAX_PACKET_BYTES, limits.MIN_PACKET_BYTES)
+        if balance_interval is not None and balance_interval != 0:
+            balance_interval = check_real("balance_interval", balance_interval, limits.MAX_BALANCE_INTERVAL)
+        buffer_packets = check_count("buffer_packets", buffer_packets, limits.MAX_BUFFER_PACKETS)
         if memory not in ("local", "remote"):
             raise BoboxError(f"memory must be 'local' or 'remote', got {memory!r}")
+        locality_sample = check_count("locality_sample", locality_sample or 0, 2**31, minimum=0)
         try:
             policy_cls = get_policy(policy)
         except ValueError as e:
@@ -97,6 +104,11 @@ class Scheduler:
         self.topology = topology if topology is not None else _topology.probe()
         if not self.topology.cpu_nodes:
             raise BoboxError("the topology has no node with a usable CPU")
+        if threads_per_node is not None:
+            cpus = max(len(n.cpus) for n in self.topology.cpu_nodes)
+            if threads_per_node > cpus:
+                warnings.warn(f"{threads_per_node} worker threads per node exceed the {cpus} CPUs of the largest "
+                              "node: workers will share CPUs", OversubscriptionWarning, 2)
         self.packet_bytes = packet_bytes or policy_cls.default_packet_bytes(self.topology)
         self.buffer_packets = buffer_packets
         self.memory = memory
@@ -324,4 +336,4 @@ class _LocalitySampler:
         worker.loc_local += int((pages == here).sum())
 
 
-__all__ = ["Scheduler"]
+__all__ = ["OversubscriptionWarning", "Scheduler"]

@@ -11,79 +11,73 @@ import json
 
 
 def add_arguments(p) -> None:
+    from bobox_sched import limits as L
+    from bobox_sched.argtypes import byte_size, count, path, real, scale_factor
+
+    repeat = count(L.MAX_REPEAT)
+    packets = count(L.MAX_PACKETS)
+    requests = count(L.MAX_REQUESTS)
     sub = p.add_subparsers(dest="bench", metavar="BENCH")
     sub.required = True
     o = sub.add_parser("overhead", help="scheduling cost per task vs ThreadPoolExecutor")
-    o.add_argument("--packets", type=int, default=2000, help="packets per request (default 2000)")
-    o.add_argument("--length", type=int, default=8, help="pass-through operators per chain (default 8)")
-    o.add_argument("--requests", type=int, default=8, help="concurrent requests (default 8)")
-    o.add_argument("--repeat", type=int, default=5)
+    o.add_argument("--packets", type=packets, default=2000, help="packets per request (default 2000)")
+    o.add_argument("--length", type=count(L.MAX_CHAIN), default=8, help="pass-through operators per chain (default 8)")
+    o.add_argument("--requests", type=requests, default=8, help="concurrent requests (default 8)")
+    o.add_argument("--repeat", type=repeat, default=5)
     s = sub.add_parser("speedup", help="CPU-bound numba plan on 1 worker vs all workers")
-    s.add_argument("--packets", type=int, default=24, help="packets per request (default 24)")
-    s.add_argument("--rounds", type=int, default=40, help="kernel rounds per element (default 40)")
-    s.add_argument("--requests", type=int, default=None, help="concurrent requests (default 2 x workers)")
-    s.add_argument("--repeat", type=int, default=3)
-    s.add_argument("--packet-bytes", type=int, default=None)
+    s.add_argument("--packets", type=packets, default=24, help="packets per request (default 24)")
+    s.add_argument("--rounds", type=count(L.MAX_ROUNDS), default=40, help="kernel rounds per element (default 40)")
+    s.add_argument("--requests", type=requests, default=None, help="concurrent requests (default 2 x workers)")
+    s.add_argument("--repeat", type=repeat, default=3)
+    s.add_argument("--packet-bytes", type=byte_size(), default=None, help="packet size, e.g. 64K")
     loc = sub.add_parser("locality", help="share of consumed packets' pages on the consumer's node")
-    loc.add_argument("--requests", type=int, default=16)
-    loc.add_argument("--packets", type=int, default=64)
-    loc.add_argument("--every", type=int, default=1, help="sample every N-th consumed packet")
+    loc.add_argument("--requests", type=requests, default=16)
+    loc.add_argument("--packets", type=packets, default=64)
+    loc.add_argument("--every", type=packets, default=1, help="sample every N-th consumed packet")
     qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling")
     qs.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
-    qs.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
-    qs.add_argument("--sf", type=float, help="scale factor to generate if missing (default 0.1)")
-    qs.add_argument("--repeat", type=int, default=5)
-    qs.add_argument("--copies", type=int, default=4, help="copies of each query in the concurrent mix (default 4)")
-    qs.add_argument("--packet-bytes", type=int, default=None)
+    qs.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
+    qs.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
+    qs.add_argument("--repeat", type=repeat, default=5)
+    qs.add_argument("--copies", type=requests, default=4,
+                    help="copies of each query in the concurrent mix (default 4)")
+    qs.add_argument("--packet-bytes", type=byte_size(), default=None, help="packet size, e.g. 64K")
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
-    idle.add_argument("--seconds", type=float, default=3.0)
+    idle.add_argument("--seconds", type=real(L.MAX_SECONDS), default=3.0,
+                      help=f"seconds to measure (default 3, at most {L.MAX_SECONDS:g})")
     for q in (o, s, loc, qs, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
         q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-
-
-def _positive(args, *names):
-    from bobox_sched.errors import BoboxError
-
-    for n in names:
-        v = getattr(args, n, None)
-        if v is not None and v <= 0:
-            raise BoboxError(f"--{n.replace('_', '-')} must be positive, got {v}")
 
 
 def run(args) -> int:
     from .bench import bench_idle, bench_locality, bench_overhead, bench_queries, bench_speedup
 
     if args.bench == "overhead":
-        _positive(args, "packets", "length", "requests", "repeat")
         r = bench_overhead(args.packets, args.length, args.requests, args.repeat, args.policy)
         print(f"{r['policy']}: {r['bobox_us_per_task']:.2f} us/task; ThreadPoolExecutor: "
               f"{r['threadpool_us_per_task']:.2f} us/task; ratio {r['ratio']:.2f}x "
               f"({r['workers']} workers, {r['tasks_per_run']} tasks per run)")
     elif args.bench == "speedup":
-        _positive(args, "packets", "rounds", "requests", "repeat", "packet_bytes")
         r = bench_speedup(args.packets, args.rounds, args.requests, args.repeat, args.policy, args.packet_bytes)
         print(f"{r['policy']}: 1 worker {r['t1_s']} s, {r['workers']} workers {r['tall_s']} s: speedup "
               f"{r['speedup']:.2f} (efficiency {r['efficiency']:.2f}); kernel {r['kernel_ms_per_packet']} ms "
               f"per packet, busy {r['busy_us_per_task']} us per task")
     elif args.bench == "locality":
-        _positive(args, "requests", "packets", "every")
         r = bench_locality(args.requests, args.packets, every=args.every, policy=args.policy)
         print(f"{r['policy']}: {r['nodes']} node(s), {r['sampled_packets']} packets sampled, {r['pages']} pages: "
               f"local fraction {r['local_fraction']}")
     elif args.bench == "queries":
-        _positive(args, "repeat", "copies", "sf", "packet_bytes")
         from operators import tpch
 
-        from bobox_sched.errors import BoboxError
+        from .run_cli import check_queries, check_requests
+        from .workload import check_data, ensure_data
 
-        from .workload import ensure_data
-
-        bad = [q for q in args.queries if q.lower() not in tpch.QUERIES]
-        if bad:
-            raise BoboxError(f"unknown query {bad[0]!r} (known: {', '.join(tpch.QUERIES)})")
+        queries = check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX, "--copies")
+        check_requests(len(queries), args.copies, "--copies")
         data = ensure_data(args.data, args.sf)
-        r = bench_queries(data, [q.lower() for q in args.queries] or None, args.repeat, args.copies, args.policy,
+        check_data(data)
+        r = bench_queries(data, queries if args.queries else None, args.repeat, args.copies, args.policy,
                           args.packet_bytes)
         print(f"{'query':<7}{'bobox ms':>10}{'duckdb ms':>11}{'ratio':>8}{'duckdb mem ms':>15}{'ratio':>8}")
         for q, x in r["queries"].items():
@@ -95,7 +89,6 @@ def run(args) -> int:
               f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core); "
               f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
     elif args.bench == "idle":
-        _positive(args, "seconds")
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "
               f"{r['idle_cpu_percent_of_one_core']}% of one core over {r['seconds']} s")

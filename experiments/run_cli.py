@@ -6,60 +6,85 @@ from __future__ import annotations
 import json
 import sys
 
-
-def _parse_bytes(text: str) -> int:
-    from topology.cli import parse_bytes
-
-    return parse_bytes(text)
+from bobox_sched import limits
+from bobox_sched.argtypes import byte_size, count, path, scale_factor
 
 
 def add_scheduler_arguments(p) -> None:
     p.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
-    p.add_argument("--threads-per-node", type=int, metavar="T", help="worker threads per NUMA node (default: all CPUs)")
-    p.add_argument("--packet-bytes", type=_parse_bytes, metavar="B",
-                   help="packet size, e.g. 64K (default: the policy's; half the L2 for bobox)")
+    p.add_argument("--threads-per-node", type=count(limits.MAX_THREADS_PER_NODE), metavar="T",
+                   help=f"worker threads per NUMA node (default: all CPUs; at most {limits.MAX_THREADS_PER_NODE}, "
+                   "a warning when above the node's CPUs)")
+    p.add_argument("--packet-bytes", type=byte_size(), metavar="B",
+                   help=f"packet size, e.g. 64K (default: the policy's; half the L2 for bobox; "
+                   f"{limits.MIN_PACKET_BYTES} B to {limits.MAX_PACKET_BYTES // 2**20} MiB)")
 
 
 def add_run_arguments(p) -> None:
     p.add_argument("queries", nargs="*", metavar="QUERY",
                    help="TPC-H queries to run (default: q1 q3 q5 q6 q10 q12 q14 q18)")
-    p.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder (default: data/tpch-sf<SF>, generated if missing)")
-    p.add_argument("--sf", type=float, metavar="X", help="scale factor to generate if the data is missing (default 0.1)")
-    p.add_argument("--concurrency", type=int, default=2, metavar="N", help="N in N x M concurrent copies (default 2)")
-    p.add_argument("--repeat", type=int, default=2, metavar="M", help="M in N x M concurrent copies (default 2)")
-    p.add_argument("--parallel", type=int, metavar="K",
+    p.add_argument("--data", type=path, metavar="DIR",
+                   help="TPC-H Parquet folder (default: data/tpch-sf<SF>, generated if missing)")
+    p.add_argument("--sf", type=scale_factor, metavar="X",
+                   help=f"scale factor to generate if the data is missing (default 0.1, at most {limits.MAX_SF:g})")
+    p.add_argument("--concurrency", type=count(limits.MAX_REQUESTS), default=2, metavar="N",
+                   help="N in N x M concurrent copies (default 2)")
+    p.add_argument("--repeat", type=count(limits.MAX_REQUESTS), default=2, metavar="M",
+                   help=f"M in N x M concurrent copies (default 2); queries x N x M is at most {limits.MAX_REQUESTS}")
+    p.add_argument("--parallel", type=count(limits.MAX_PARALLEL), metavar="K",
                    help="decompose each query K ways (default: 1 when there are at least as many requests as "
-                   "workers, else the number of workers)")
+                   f"workers, else the number of workers, at most {limits.MAX_PARALLEL})")
     add_scheduler_arguments(p)
-    p.add_argument("--output", metavar="DIR", help="write each query's result to DIR/<query>.parquet")
+    p.add_argument("--output", type=path, metavar="DIR",
+                   help="write each query's result to DIR/<query>.parquet (atomically; DIR/_bobox_results.json "
+                   "marks a complete set)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _check_positive(**kw):
+def check_queries(names, known, default, more: str = "--concurrency and --repeat") -> list[str]:
+    """The queries to run, lower-cased: unknown ones and repeats (case-insensitive) are
+    refused (``run q6 q6 Q6`` ran q6 once under a header saying 3 queries)."""
     from bobox_sched.errors import BoboxError
 
-    for k, v in kw.items():
-        if v is not None and v <= 0:
-            raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v}")
+    queries = [q.strip().lower() for q in (names or default)]
+    unknown = [q for q in queries if q not in known]
+    if unknown:
+        raise BoboxError(f"unknown query {unknown[0]!r} (known: {', '.join(known)})")
+    for q in queries:
+        if queries.count(q) > 1:
+            given = [n for n in names if n.strip().lower() == q]
+            raise BoboxError(f"query {q!r} given {len(given)} times ({' '.join(given)}); each query runs once per "
+                             f"copy (use {more} for more copies)")
+    return queries
+
+
+def check_requests(queries: int, copies: int, flags: str = "--concurrency x --repeat") -> int:
+    """queries x copies requests at once, at most ``limits.MAX_REQUESTS``."""
+    from bobox_sched.errors import BoboxError
+
+    n = queries * copies
+    if n > limits.MAX_REQUESTS:
+        raise BoboxError(f"{queries} queries x {copies} copies ({flags}) = {n} requests at once, above the cap of "
+                         f"{limits.MAX_REQUESTS} (bobox_sched/limits.py)")
+    return n
 
 
 def run(args) -> int:
-    _check_positive(concurrency=args.concurrency, repeat=args.repeat, parallel=args.parallel,
-                    threads_per_node=args.threads_per_node, sf=args.sf)
     from operators import tpch
 
-    from bobox_sched.errors import BoboxError
+    queries = check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX)
+    check_requests(len(queries), args.concurrency * args.repeat)
+    if args.output is not None:
+        from bobox_sched.outputs import check_output_dir
 
-    queries = [q.lower() for q in (args.queries or tpch.DEFAULT_MIX)]
-    unknown = [q for q in queries if q not in tpch.QUERIES]
-    if unknown:
-        raise BoboxError(f"unknown query {unknown[0]!r} (known: {', '.join(tpch.QUERIES)})")
+        check_output_dir(args.output, "--output")  # before the run, not after it
     from bobox_sched import Scheduler
 
-    from .workload import build_plans, choose_parallel, ensure_data, format_table, run_mix, write_results
+    from .workload import build_plans, check_data, choose_parallel, ensure_data, format_table, run_mix, write_results
 
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
+    check_data(data)  # every column typed as TPC-H says, before any query runs
     with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:
         requests = len(queries) * args.concurrency * args.repeat
         parallel = args.parallel or choose_parallel(requests, len(s.workers))
@@ -73,8 +98,8 @@ def run(args) -> int:
         run_mix(s, plans, 1, progress=False)
         res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
     print(format_table(res))
-    if args.output:
-        paths = write_results(res.results, args.output)
+    if args.output is not None:
+        paths = write_results(res.results, args.output, command=["bobox", *getattr(args, "argv", [])])
         print(f"wrote {len(paths)} result files to {args.output}/")
     if args.json:
         print(json.dumps(res.summary()))
@@ -82,23 +107,27 @@ def run(args) -> int:
 
 
 def add_datagen_arguments(p) -> None:
-    p.add_argument("--sf", type=float, default=0.1, metavar="X", help="scale factor (default 0.1)")
-    p.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>, with --spark "
-                   "data/tpch-sf<SF>-spark)")
+    p.add_argument("--sf", type=scale_factor, default=0.1, metavar="X",
+                   help=f"scale factor (default 0.1, at most {limits.MAX_SF:g}; the free disk space is checked)")
+    p.add_argument("--out", type=path, metavar="DIR", help="output folder (default data/tpch-sf<SF>, with --spark "
+                   "data/tpch-sf<SF>-spark); a symlink is followed")
     p.add_argument("--spark", action="store_true",
                    help="generate with Spark, partitioned for the executors (as bobox spark datagen)")
-    p.add_argument("--partitions", type=int, metavar="P",
+    p.add_argument("--partitions", type=count(limits.MAX_PARTITIONS), metavar="P",
                    help="with --spark: data partitions (default: one per executor and NUMA node)")
     p.add_argument("--master", metavar="URL", help="with --spark: Spark master (default local[*])")
 
 
 def datagen_cmd(args) -> int:
-    _check_positive(sf=args.sf, partitions=args.partitions)
     if args.spark:
+        from .spark_cli import check_master, check_spark_out
         from .spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, spark_datagen
 
-        path = spark_datagen(args.sf, args.out or default_spark_data_dir(args.sf), master=args.master or DEFAULT_MASTER,
-                             partitions=args.partitions)
+        master = args.master or DEFAULT_MASTER
+        check_master(master)
+        out = args.out or default_spark_data_dir(args.sf)
+        check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
+        path = spark_datagen(args.sf, out, master=master, partitions=args.partitions)
         print(path)
         return 0
     if args.partitions is not None or args.master is not None:

@@ -7,21 +7,20 @@ subcommand runs (``experiments/spark_pipeline.py``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from bobox_sched import limits as L
+from bobox_sched.argtypes import byte_size, count, path, scale_factor
 
 DEFAULT_SF = 0.1
-
-
-def _parse_bytes(text: str) -> int:
-    from topology.cli import parse_bytes
-
-    return parse_bytes(text)
+_parse_bytes = byte_size()
 
 
 def _master(p) -> None:
     p.add_argument("--master", default="local[*]", metavar="URL",
                    help="Spark master: local[*] (default: embedded, PySpark's own JVM), local[N], local[N,F], "
                    "spark://HOST:PORT (a standalone cluster), yarn, k8s://...")
-    p.add_argument("--executor-cores", type=int, metavar="C",
+    p.add_argument("--executor-cores", type=count(L.MAX_EXECUTOR_CORES), metavar="C",
                    help="cores per executor on a cluster (default: Spark's); one task per executor at a time uses "
                    "them all, and the Scheduler inside spreads them over the machine's NUMA nodes")
 
@@ -36,9 +35,10 @@ def add_arguments(p) -> None:
                        "by order key (one Spark task per partition), so that partition i of both tables holds the "
                        "same orders. Writes DIR/<table>/part-<i>.parquet, DIR/<table>.parquet and a manifest. A "
                        "second call with the same arguments does nothing.")
-    d.add_argument("--sf", type=float, default=DEFAULT_SF, metavar="X", help=f"scale factor (default {DEFAULT_SF})")
-    d.add_argument("--out", metavar="DIR", help="output folder (default data/tpch-sf<SF>-spark)")
-    d.add_argument("--partitions", type=int, metavar="P",
+    d.add_argument("--sf", type=scale_factor, default=DEFAULT_SF, metavar="X",
+                   help=f"scale factor (default {DEFAULT_SF}, at most {L.MAX_SF:g})")
+    d.add_argument("--out", type=path, metavar="DIR", help="output folder (default data/tpch-sf<SF>-spark)")
+    d.add_argument("--partitions", type=count(L.MAX_PARTITIONS), metavar="P",
                    help="data partitions (default: one per executor and NUMA node)")
     _master(d)
     d.set_defaults(spark_func=_datagen)
@@ -53,17 +53,18 @@ def add_arguments(p) -> None:
                        "~/.cache/bobox-sched/spark-views).")
     r.add_argument("queries", nargs="*", metavar="QUERY",
                    help="TPC-H queries (default: q1 q3 q5 q6 q10 q12 q14 q18; also q4 q19)")
-    r.add_argument("--data", metavar="DIR",
+    r.add_argument("--data", type=path, metavar="DIR",
                    help="TPC-H Parquet folder: from bobox spark datagen, bobox datagen or any <table>.parquet or "
                    "<table>/*.parquet layout (default data/tpch-sf<SF>-spark, generated if missing)")
-    r.add_argument("--partitions", type=int, metavar="P",
+    r.add_argument("--partitions", type=count(L.MAX_PARTITIONS), metavar="P",
                    help="partitions to split --data into by order key (default: a bobox spark datagen folder's own, "
                    "else one per executor and NUMA node)")
-    r.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate when --data is not given "
+    r.add_argument("--sf", type=scale_factor, metavar="X", help=f"scale factor to generate when --data is not given "
                    f"(default {DEFAULT_SF})")
-    r.add_argument("--output", metavar="DIR", help="write each answer to DIR/<query>.parquet")
+    r.add_argument("--output", type=path, metavar="DIR",
+                   help="write each answer to DIR/<query>.parquet (DIR/_bobox_results.json marks a complete set)")
     r.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
-    r.add_argument("--threads-per-node", type=int, metavar="T",
+    r.add_argument("--threads-per-node", type=count(L.MAX_THREADS_PER_NODE), metavar="T",
                    help="executor worker threads per NUMA node (default: the executor's cores)")
     r.add_argument("--packet-bytes", type=_parse_bytes, metavar="B",
                    help="packet size, e.g. 64K (default: the policy's)")
@@ -79,8 +80,9 @@ def add_arguments(p) -> None:
                          "run_id, series, x, metric, value, repeat) into one Spark DataFrame; write "
                          "OUT/summary.csv (median, min, max, runs, hosts per experiment, series, x, metric) and a "
                          "section 'Summary of N runs on M hosts' in OUT/report.md.")
-    rep.add_argument("result_dirs", nargs="+", metavar="RESULT_DIR", help="folders written by bobox experiment")
-    rep.add_argument("--out", default="results", metavar="DIR", help="output folder (default results/)")
+    rep.add_argument("result_dirs", type=path, nargs="+", metavar="RESULT_DIR",
+                     help="folders written by bobox experiment")
+    rep.add_argument("--out", type=path, default="results", metavar="DIR", help="output folder (default results/)")
     rep.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     _master(rep)
     rep.set_defaults(spark_func=_report)
@@ -90,30 +92,36 @@ def add_arguments(p) -> None:
                        "Scheduler) and through bobox spark run (warm session), interleaved, and print the median "
                        "times and their ratio. The JVM start is reported apart, not in the ratio.")
     b.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the mix q1 q3 q5 q6 q10 q12 q14 q18)")
-    b.add_argument("--sf", type=float, metavar="X", help=f"scale factor to generate (default {DEFAULT_SF})")
-    b.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder, as for run (default "
+    b.add_argument("--sf", type=scale_factor, metavar="X", help=f"scale factor to generate (default {DEFAULT_SF})")
+    b.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder, as for run (default "
                    "data/tpch-sf<SF>-spark, generated if missing)")
-    b.add_argument("--partitions", type=int, metavar="P", help="partitions when generating the data, or to split "
-                   "--data into")
-    b.add_argument("--repeat", type=int, default=9, metavar="N", help="timed runs of each path (default 9)")
+    b.add_argument("--partitions", type=count(L.MAX_PARTITIONS), metavar="P",
+                   help="partitions when generating the data, or to split --data into")
+    b.add_argument("--repeat", type=count(L.MAX_REPEAT), default=9, metavar="N",
+                   help="timed runs of each path (default 9)")
     b.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
-    b.add_argument("--threads-per-node", type=int, metavar="T", help="worker threads per NUMA node")
+    b.add_argument("--threads-per-node", type=count(L.MAX_THREADS_PER_NODE), metavar="T",
+                   help="worker threads per NUMA node")
     b.add_argument("--packet-bytes", type=_parse_bytes, metavar="B", help="packet size, e.g. 64K")
     b.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     _master(b)
     b.set_defaults(spark_func=_bench)
 
 
-def run(args) -> int:
-    from bobox_sched.errors import BoboxError
+def check_master(master: str) -> None:
+    """A bad URL, an unreachable standalone master or ``local[N]`` beyond the cap fail
+    here, before anything starts."""
+    from bobox_sched.limits import check_count
 
-    for k in ("sf", "partitions", "threads_per_node", "repeat", "executor_cores"):
-        v = getattr(args, k, None)
-        if v is not None and v <= 0:
-            raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v:g}")
     from .spark_pipeline import parse_master
 
-    parse_master(args.master)  # a bad URL fails here, before anything starts
+    _, cores = parse_master(master)
+    if cores is not None:
+        check_count(f"--master {master}: local cores", cores, L.MAX_EXECUTOR_CORES)
+
+
+def run(args) -> int:
+    check_master(args.master)
     try:
         return args.spark_func(args)
     finally:
@@ -141,10 +149,31 @@ def _session(args):
     return spark_session(args.master, executor_cores=args.executor_cores)
 
 
+def check_spark_out(out, sf: float, partitions: int | None) -> None:
+    """Before a JVM starts: unless `out` already holds this data set, it must be a place
+    where stage 1 can write SF `sf` (``operators.data.check_datagen_out``)."""
+    from operators.data import check_datagen_out, target_of
+
+    from .spark_pipeline import _check_existing
+
+    if not str(out).strip():
+        from bobox_sched.errors import BoboxError
+
+        raise BoboxError("--out must not be empty")
+    if not _check_existing(target_of(Path(out).expanduser()).absolute(), sf, partitions):
+        check_datagen_out(out, sf, "spark datagen output")
+
+
+def _check_data_types(data) -> None:
+    """Every TPC-H column of --data typed as the plans expect, read on the driver from
+    the Parquet footers before a JVM starts (executors would fail each attempt)."""
+    from .workload import check_data
+
+    check_data(data)
+
+
 def _data(args, partitions=None):
     """The folder to run on: --data (any TPC-H folder), or the default one, generated."""
-    from pathlib import Path
-
     from .spark_pipeline import data_sf, default_spark_data_dir, spark_datagen, stored_partitions
 
     if args.data:
@@ -160,6 +189,7 @@ def _data(args, partitions=None):
     out = default_spark_data_dir(sf)
     if partitions is not None and out.is_dir() and any(out.iterdir()):
         partitions = None  # use the generated folder as it is (split on the fly where its count differs)
+    check_spark_out(out, sf, partitions)
     spark = _session(args)
     return spark_datagen(sf, out, partitions=partitions, spark=spark), spark
 
@@ -167,8 +197,10 @@ def _data(args, partitions=None):
 def _datagen(args) -> int:
     from .spark_pipeline import default_spark_data_dir, spark_datagen
 
+    out = args.out or default_spark_data_dir(args.sf)
+    check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
     spark = _session(args)
-    path = spark_datagen(args.sf, args.out or default_spark_data_dir(args.sf), partitions=args.partitions, spark=spark)
+    path = spark_datagen(args.sf, out, partitions=args.partitions, spark=spark)
     print(path)
     return 0
 
@@ -177,7 +209,14 @@ def _run(args) -> int:
     from .spark_pipeline import check_queries, parse_injection, spark_run_detailed, stored_partitions
 
     queries = check_queries(args.queries)  # bad input fails before a JVM starts
-    stored = stored_partitions(args.data) if args.data else None
+    if args.output is not None:
+        from bobox_sched.outputs import check_output_dir
+
+        check_output_dir(args.output, "--output")
+    stored = None
+    if args.data:
+        stored = stored_partitions(args.data)  # one-line DataError where it is not TPC-H data
+        _check_data_types(args.data)
     parse_injection(args.inject_failure, queries, args.partitions or stored)
     data, spark = _data(args, partitions=args.partitions)
     spark = spark or _session(args)
@@ -190,7 +229,7 @@ def _run(args) -> int:
         print(f"{q:<8}{t.num_rows:>6}")
     print(f"\n{len(run.tables)} queries over {run.partitions} partitions in {run.wall_s:.3f} s on {run.master}"
           + (f"; retried: {', '.join(f'{q}:{p}' for q, p in run.retried)}" if run.retried else ""))
-    if args.output:
+    if args.output is not None:
         print(f"wrote {len(run.output)} result files to {args.output}/")
     if args.json:
         print(json.dumps(run.summary()))
@@ -200,7 +239,10 @@ def _run(args) -> int:
 def _report(args) -> int:
     from .spark_pipeline import _experiment_csvs, spark_report
 
+    from bobox_sched.outputs import check_output_dir
+
     _experiment_csvs(args.result_dirs)  # bad folders fail before a JVM starts
+    check_output_dir(args.out, "--out")
     summary = spark_report(args.result_dirs, args.out, spark=_session(args))
     print(summary["report"])
     if args.json:
@@ -209,13 +251,17 @@ def _report(args) -> int:
 
 
 def _bench(args) -> int:
-    from .spark_pipeline import bench_overhead, check_queries, stored_partitions
+    from .spark_pipeline import bench_overhead, check_queries, default_spark_data_dir, stored_partitions
 
     import time
 
     queries = check_queries(args.queries)
     if args.data:
         stored_partitions(args.data)  # before a JVM starts
+        _check_data_types(args.data)
+    else:
+        sf = args.sf if args.sf is not None else DEFAULT_SF
+        check_spark_out(default_spark_data_dir(sf), sf, args.partitions)
     t0 = time.perf_counter()
     spark = _session(args)
     jvm_s = time.perf_counter() - t0

@@ -613,7 +613,11 @@ def _find_tool(tool: str, hint: str | None) -> str:
 
 
 def _run_tool(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # Own process group, killed with this Python worker (bobox_sched.procs): a cancelled
+    # task (Ctrl-C of the driver) must not leave the generator writing on.
+    from bobox_sched import procs
+
+    proc = procs.run(cmd)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
         raise RuntimeError(f"{what}: {Path(cmd[0]).name} exited {proc.returncode}: "
@@ -650,9 +654,13 @@ def _datagen_pieces(cfg: dict, indexes):
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx else 0
     threads = max(1, ctx.cpus() if ctx else 1)
+    from bobox_sched import procs
+
     exe = _find_tool(cfg["tool"], cfg["tool_hint"])
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.split()
+    version = procs.run([exe, "--version"], timeout=60).stdout.split()
     for i in indexes:
+        if not tmp.is_dir():  # the driver gave up and removed it: never create it again
+            raise RuntimeError(f"staging folder {tmp} is gone (the run was cancelled)")
         work = tmp / "_work" / f"{i}-attempt-{attempt}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -1435,6 +1443,7 @@ def spark_run(queries, data, output=None, master: str = DEFAULT_MASTER, policy: 
 # =========================================================================== stage 3: results
 
 REPORT_COLUMNS = ("experiment", "host", "run_id", "series", "x", "metric", "value", "repeat")
+REPORT_MANIFEST = "_bobox_report.json"
 SUMMARY_COLUMNS = ("experiment", "series", "x", "metric", "median", "min", "max", "n", "runs", "hosts")
 
 
@@ -1480,7 +1489,10 @@ def spark_report(result_dirs, out, master: str = DEFAULT_MASTER, spark=None, pro
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
+    from bobox_sched.outputs import ResultSet, check_output_dir
+
     groups = _experiment_csvs(result_dirs)
+    out = check_output_dir(out, "report output")  # before the job, not after it
     spark = spark or spark_session(master)
     frames = []
     for header, files in groups.items():
@@ -1513,24 +1525,22 @@ def spark_report(result_dirs, out, master: str = DEFAULT_MASTER, spark=None, pro
     if tot["bad"]:
         _say(progress, f"{tot['bad']} rows without a numeric value left out")
 
-    out = Path(out).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    summary_csv = out / "summary.csv"
-    tmp = out / ".summary.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(SUMMARY_COLUMNS)
-        for r in rows:
-            w.writerow([r[c] for c in SUMMARY_COLUMNS])
-    os.replace(tmp, summary_csv)
+    def write_summary(tmp):
+        with open(tmp, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(SUMMARY_COLUMNS)
+            for r in rows:
+                w.writerow([r[c] for c in SUMMARY_COLUMNS])
 
     n_files = sum(len(v) for v in groups.values())
     section = _report_section(rows, tot, n_files, result_dirs)
     report = out / "report.md"
     old = report.read_text() if report.is_file() else "# Experiments\n"
-    tmp = out / ".report.md.tmp"
-    tmp.write_text(_replace_section(old, section))
-    os.replace(tmp, report)
+    # Each file atomically, then a manifest: a full disk never leaves a set that looks
+    # complete (bobox_sched.outputs.ResultSet).
+    with ResultSet(out, REPORT_MANIFEST, what="report output") as rs:
+        summary_csv = rs.write("summary.csv", write_summary)
+        rs.write_text("report.md", _replace_section(old, section))
     experiments = sorted({r["experiment"] for r in rows})
     _say(progress, f"summarized {tot['rows']} measurements of {len(experiments)} experiment(s) from "
                    f"{tot['runs']} runs on {tot['hosts']} hosts into {summary_csv} and {report}")

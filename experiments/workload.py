@@ -44,6 +44,15 @@ def ensure_data(data: str | os.PathLike | None, sf: float | None, progress: bool
     return data
 
 
+def check_data(data) -> None:
+    """Refuse, before any query runs, a data folder whose columns are not typed as TPC-H
+    says (``l_shipdate`` as text or ``l_orderkey`` as float gave wrong answers, exit 0):
+    one-line DataError naming the table, column, file, expected and found types."""
+    from operators.tpch_schema import check_data_types
+
+    check_data_types(data)
+
+
 @dataclass
 class RunResult:
     wall_s: float
@@ -184,17 +193,17 @@ def format_table(res: RunResult) -> str:
     return "\n".join(lines)
 
 
-def write_results(results: dict, out_dir) -> list[Path]:
-    """``DIR/<query>.parquet`` for every result, written atomically (temp file + rename)."""
+def write_results(results: dict, out_dir, command=None) -> list[Path]:
+    """``DIR/<query>.parquet`` for every result, each written atomically (temporary file,
+    then rename), then ``DIR/_bobox_results.json`` listing them: a complete set
+    (``bobox_sched.outputs.ResultSet``). OutputError, one line, where a file cannot be
+    written (a full disk): the folder then holds no manifest."""
     import pyarrow.parquet as pq
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from bobox_sched.outputs import ResultSet
+
     paths = []
-    for name, table in results.items():
-        final = out_dir / f"{name}.parquet"
-        tmp = out_dir / f".{name}.parquet.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, final)
-        paths.append(final)
+    with ResultSet(out_dir, command=command) as rs:
+        for name, table in results.items():
+            paths.append(rs.write(f"{name}.parquet", lambda tmp, t=table: pq.write_table(t, tmp)))
     return paths

@@ -56,6 +56,9 @@ class Query:
 
         k = parallel or self.parallel
         t = TableStore.open(self.data_dir).table(table)
+        # Every scanned column exists and has its TPC-H type (l_shipdate as text gave wrong
+        # answers): checked on the files' metadata before any column is loaded.
+        t.check_columns(list(columns))
         n = t.num_rows
         parts = []
         schema = None

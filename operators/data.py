@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bobox_sched import limits, outputs, procs
 from bobox_sched.errors import BoboxError
 from bobox_sched.tools import find_tool
 
@@ -95,7 +96,7 @@ def read_manifest(data_dir: str | os.PathLike) -> dict | None:
 def _generator_version(tool: str, exe: str) -> tuple[str, str]:
     """(name, version) from ``tool --version`` (``tpchgen-cli 4.0.0``)."""
     try:
-        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        proc = procs.run([exe, "--version"], timeout=60)
     except OSError as e:
         raise DataError(f"cannot run TPC-H generator {tool!r}: {e}") from None
     except subprocess.TimeoutExpired:
@@ -153,26 +154,68 @@ def _check_existing(out: Path, sf: float, tool_name: str) -> bool:
     return True
 
 
+def target_of(out: Path) -> Path:
+    """Where a data set at `out` really goes: a symlink named as the output is followed
+    (``datagen --out`` a symlink to an empty folder used to fail after generating
+    everything, and the data was deleted)."""
+    out = Path(out)
+    return out.resolve() if out.is_symlink() else out
+
+
+# Parquet bytes per unit of scale factor written by tpchgen-cli: 3.25 MB at SF 0.01
+# (tpchgen-cli 4.0), 10% added for the temporary copies of stage 1 and the generator's
+# buffers. datagen refuses to start where the disk has less free space than that.
+DATAGEN_BYTES_PER_SF = 360 * 2**20
+
+
+def check_datagen_out(out, sf: float, what: str = "datagen output") -> Path:
+    """Before generating SF `sf` into `out` (not cached there): its parent must be a
+    folder this process can write (the staging sibling goes there), and the file system
+    must have room for the data. Returns the target (``target_of``). Nothing is written."""
+    if not str(out).strip():
+        raise DataError(f"{what} must not be empty")
+    target = target_of(Path(out).expanduser())
+    outputs.check_creatable(target, what)
+    need = int(sf * DATAGEN_BYTES_PER_SF)
+    free = outputs.free_bytes(target.parent)
+    if free < need:
+        raise DataError(f"{what} {out}: TPC-H SF {sf:g} needs about {need / 2**20:.0f} MiB, only "
+                        f"{free / 2**20:.0f} MiB free there (nothing was written)")
+    return target
+
+
 def staging_dir(out: Path) -> Path:
-    """A private sibling folder of `out` to generate into before publishing."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    """A private sibling folder of `out` (``outputs.private_name``: it holds this host and
+    pid) to generate into before publishing. Staging folders of processes that are gone
+    (a killed datagen) are removed first. The folder is registered with
+    ``outputs.own``: an interrupted command removes it after its children are gone.
+    Not created here."""
+    out = target_of(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create {out.parent}: {e.strerror or e}") from None
+    for stale in outputs.remove_stale(out.parent, out.name):
+        print(f"datagen: removed {stale}, left by a process that is gone", file=sys.stderr, flush=True)
+    return outputs.own(out.parent / outputs.private_name(out.name))
 
 
 def publish(tmp: Path, out: Path, manifest_name: str, manifest: dict, already_there) -> bool:
     """Write the manifest into `tmp`, then rename `tmp` to `out` (an empty `out` the user
-    made is replaced). False if the rename lost a race to a concurrent generation whose
-    result `already_there()` accepts: that copy is kept. DataError otherwise."""
+    made is replaced; a symlink named `out` is followed, ``target_of``). False if the
+    rename lost a race to a concurrent generation whose result `already_there()` accepts:
+    that copy is kept. DataError otherwise."""
+    out = target_of(out)
     (tmp / manifest_name).write_text(json.dumps(manifest, indent=2) + "\n")
     try:
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         os.rename(tmp, out)
         return True
-    except OSError:
+    except OSError as e:
         if already_there():
             return False
-        raise DataError(f"cannot move generated data into {out}") from None
+        raise DataError(f"cannot move generated data into {out}: {e.strerror or e}") from None
 
 
 def check_sf(sf) -> float:
@@ -183,6 +226,8 @@ def check_sf(sf) -> float:
         raise DataError(f"scale factor must be a number, got {sf!r}") from None
     if not math.isfinite(sf) or sf <= 0:
         raise DataError(f"scale factor must be > 0, got {sf:g}")
+    if sf > limits.MAX_SF:
+        raise DataError(f"scale factor must be at most {limits.MAX_SF:g} (bobox_sched/limits.py), got {sf:g}")
     return sf
 
 
@@ -190,17 +235,23 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
     """Generate the 8 TPC-H tables at scale factor ``sf`` as Parquet into ``out``.
 
     Cached by ``out/_bobox_manifest.json`` (same sf and generator: nothing to do);
-    atomic (generated into a temporary sibling folder, then renamed into place). Raises
-    DataError for a bad sf, an ``out`` holding other data, a missing or failing generator.
-    Returns ``out`` as a Path.
+    atomic (generated into a temporary sibling folder, then renamed into place; a symlink
+    named `out` is followed). Raises DataError for a bad sf, an ``out`` holding other
+    data, an unwritable or full place, a missing or failing generator, all before the
+    generator starts where they can be known then. The generator runs in its own process
+    group and dies with this process (``bobox_sched.procs``). Returns ``out`` as a Path.
     """
     sf = check_sf(sf)
-    out = Path(out).expanduser()
+    given = Path(out).expanduser()
+    if not str(out).strip():
+        raise DataError("datagen output must not be empty")
+    out = target_of(given)
     tool_name = Path(tool).name
 
     if _check_existing(out, sf, tool_name):
-        _say(progress, f"{out} already holds TPC-H SF {sf:g} (cached)")
-        return out
+        _say(progress, f"{given} already holds TPC-H SF {sf:g} (cached)")
+        return given
+    check_datagen_out(given, sf)
 
     exe = find_tool(tool)
     if exe is None:
@@ -213,11 +264,11 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
     tmp = staging_dir(out)
     cmd = [exe, "parquet", "-s", fmt_sf(sf), "--output-dir", str(tmp)]
     t0 = time.monotonic()
-    _say(progress, f"generating TPC-H SF {sf:g} with {gen_name} {gen_version} into {out} ...")
+    _say(progress, f"generating TPC-H SF {sf:g} with {gen_name} {gen_version} into {given} ...")
     try:
         tmp.mkdir()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = procs.run(cmd)
         except OSError as e:
             raise DataError(f"cannot run TPC-H generator {tool!r}: {e}") from None
         if proc.returncode != 0:
@@ -236,19 +287,20 @@ def datagen(sf: float, out: str | os.PathLike, progress: bool = True, tool: str 
             "format": MANIFEST_FORMAT,
             "sf": sf,
             "generator": {"name": gen_name, "version": gen_version, "tool": tool_name},
-            "command": [tool_name, "parquet", "-s", fmt_sf(sf), "--output-dir", str(out)],
+            "command": [tool_name, "parquet", "-s", fmt_sf(sf), "--output-dir", str(given)],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "tables": tables,
         }
         if not publish(tmp, out, MANIFEST, manifest, lambda: _check_existing(out, sf, tool_name)):
-            _say(progress, f"{out} was generated concurrently (kept that copy)")
-            return out
+            _say(progress, f"{given} was generated concurrently (kept that copy)")
+            return given
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        outputs.disown(tmp)
     summary = ", ".join(f"{t} {tables[t]['rows']}" for t in TABLES)
     _say(progress, f"done in {time.monotonic() - t0:.1f} s ({summary} rows)")
-    return out
+    return given
 
 
 # --------------------------------------------------------------------------- discovery
@@ -408,6 +460,7 @@ class Table:
             if m.schema_arrow.names != schema.names:
                 raise DataError(f"table {name!r}: part {p} has columns unlike {self.files[0]}")
         self.schema: pa.Schema = schema
+        self.file_schemas: list[pa.Schema] = [m.schema_arrow for m in metas]
         self.column_names: list[str] = list(schema.names)
         self.num_rows: int = sum(m.metadata.num_rows for m in metas)
         self._columns: dict[str, Column] = {}
@@ -416,13 +469,23 @@ class Table:
     def __repr__(self) -> str:
         return f"Table({self.name!r}, rows={self.num_rows}, files={len(self.files)})"
 
+    def check_columns(self, names) -> None:
+        """DataError (one line) unless every column of `names` exists and has the type
+        the TPC-H schema gives it in every file (``operators.tpch_schema``): metadata
+        only, nothing is read."""
+        from .tpch_schema import check_types
+
+        for name in names:
+            if name not in self.column_names:
+                raise DataError(f"table {self.name!r} has no column {name!r}")
+        check_types(self.name, self.files, self.file_schemas, list(names))
+
     def column(self, name: str) -> Column:
         """The column ``name``, reading only that column from every file (once)."""
         col = self._columns.get(name)
         if col is not None:
             return col
-        if name not in self.column_names:
-            raise DataError(f"table {self.name!r} has no column {name!r}")
+        self.check_columns([name])
         with self._lock:
             col = self._columns.get(name)
             if col is None:

@@ -53,7 +53,8 @@ def test_results_many_concurrent_requests(sched):
     assert sum(int(v) for k, v in st["steps"].items() if k != "5") == st["tasks"]
     hs = handles[0].stats
     assert hs["state"] == "done" and hs["operators"] == 4
-    assert hs["tasks"] >= 4 * 65 and hs["packets"] == 3 * 65  # 65 source packets, doubled twice
+    # The source runs once per packet; the others drain their buffers, so at least once each.
+    assert hs["tasks"] >= 65 + 3 and hs["packets"] == 3 * 65  # 65 source packets, doubled twice
 
 
 class Split(StreamOperator):
