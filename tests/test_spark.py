@@ -402,8 +402,14 @@ def start(cmd, log: Path, env) -> subprocess.Popen:
 
 
 def master_state(webui: int) -> dict:
+    """The master's state from its web UI; OSError while it is not serving JSON yet (a
+    starting master may answer /json/ with its HTML page for a moment)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as r:
-        return json.load(r)
+        body = r.read()
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise OSError(f"master web UI answered with no JSON yet: {body[:60]!r}") from None
 
 
 def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
@@ -430,7 +436,12 @@ def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
             procs.append(start([spark_class(), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
                                 "--cores", 1, "--memory", "1g", "--webui-port", 0, "--work-dir", tmp_path / f"w{i}"],
                                tmp_path / f"worker{i}.log", env))
-        while master_state(webui).get("aliveworkers", 0) < 2:
+        while True:
+            try:
+                if master_state(webui).get("aliveworkers", 0) >= 2:
+                    break
+            except OSError:
+                pass
             assert time.monotonic() < deadline, (tmp_path / "worker0.log").read_text()[-2000:]
             time.sleep(0.5)
 
