@@ -3,15 +3,35 @@
 The probe reads the same files hwloc's Linux backend reads, so that the trees captured
 by hwloc's test suite (a folder holding ``sys/`` and ``proc/``) can be read exactly like
 the live machine. Only plain file reads happen here; nothing is pinned or allocated.
+Every file goes through :mod:`.sysfs` (bounded reads, values cut at the first NUL as C
+reads them, strict parsers, CPU ids bounded by the ``cpuN`` directories).
 
-Degradation rules (kept in step with hwloc):
+Sources, as in hwloc: a node's CPUs, a cache's sharing and a CPU's thread siblings come
+from the hex maps (``cpumap``, ``shared_cpu_map``, ``thread_siblings``/``core_cpus``);
+the ``*list`` files are the fallback (they disagree with the maps in some captures, and
+the maps are right).
 
+Degradation rules (kept in step with hwloc; each one leaves a note in
+:attr:`Topology.notes`):
+
+* a malformed file -> the next source or hwloc's default (offline flags per CPU, the
+  core's CPUs for a cache, a core of its own, 10 local / 20 remote when any distance
+  row is unusable), with a note naming the file; a :class:`TopologyError` whose
+  one-line message names the file when nothing usable is left (no CPU, no node);
 * no ``sys/devices/system/node`` directory -> one node holding every CPU;
-* several nodes that all claim the same CPU set (hwloc's "buggy NUMA") -> merged into
+* several nodes that all claim the same CPUs (hwloc's "buggy NUMA") -> merged into
   one node (its memory is the sum, since the memory is real even if the CPU maps lie);
 * no cache information -> on the live machine, py-cpuinfo's L2 size, else unknown;
 * offline CPUs are left out; on the live machine the CPUs outside the process's
-  affinity mask are left out too, and :attr:`Topology.notes` says so.
+  affinity mask are left out too;
+* the cgroup cpuset (:mod:`.cgroup`; v1, v2 or the legacy cpuset file system) removes
+  the CPUs and memory nodes it does not allow, for captured roots and the live machine
+  (containers, batch jobs), as hwloc does;
+* NUMA nodes of NVIDIA GPU memory are left out (hwloc hides them on POWER);
+* CPUs that no usable node holds (their node is offline, absent or not allowed) are
+  attached to the nearest allowed node by distance (hwloc attaches them to the machine:
+  the scheduler needs a node per CPU, and the nearest node is where the kernel takes
+  their memory from).
 """
 
 from __future__ import annotations
@@ -300,7 +320,8 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
         cpus_ids = [c for c in cpus_ids if c in aff]
 
     node_ids = r.numbered(NODE_DIR, "node", _sysfs.MAX_NODE_ID, "NUMA node")
-    allowed = _cgroup.allowed(r, cpu_limit, live=live)
+    node_limit = max(node_ids) + 1 if node_ids else _sysfs.MAX_NODE_ID
+    allowed = _cgroup.allowed(r, cpu_limit, node_limit, live=live)
     if allowed.cpus is not None:
         outside = sorted(set(cpus_ids) - allowed.cpus)
         if outside:
@@ -402,7 +423,7 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
         die = r.int_or(f"{base}/die_id", None)
         sib = r.first_cpus([(f"{base}/thread_siblings", MASK), (f"{base}/core_cpus", MASK),
                             (f"{base}/thread_siblings_list", LIST), (f"{base}/core_cpus_list", LIST)],
-                           cpu_limit) or [c]
+                           cpu_limit, must_hold=c, fallback="next source, else a core of its own") or [c]
         pkg = pkg if pkg is not None and pkg >= 0 else 0
         core = core if core is not None and core >= 0 else c
         die = die if die is not None and die >= 0 else 0
@@ -414,13 +435,14 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
         cpus.append(CPU(os_index=c, core=key[2], package=key[0], node=cpu_node[c], siblings=same_core))
 
     # -- caches -------------------------------------------------------------------------
+    cpus_by_id = {x.os_index: x for x in cpus}
     caches: dict[tuple, Cache] = {}
     for c in sorted(cpuset):
         cbase = f"{CPU_DIR}/cpu{c}/cache"
         for idx in r.numbered(cbase, "index", MAX_CACHE_INDEX, "cache index"):
             ib = f"{cbase}/index{idx}"
             level = r.int_or(f"{ib}/level", None, valid=lambda v: 1 <= v <= 9)
-            ctype_t = r.text(f"{ib}/type")
+            ctype_t = r.text_or_note(f"{ib}/type", "cache ignored")
             ctype = ctype_t.strip() if ctype_t is not None else "Unified"
             if level is None:
                 continue
@@ -428,18 +450,21 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
                 r.bad(_sysfs.Malformed(r.name(f"{ib}/type"), f"not a cache type: {ascii(ctype[:24])}"),
                       "cache ignored")
                 continue
-            size_t = r.text(f"{ib}/size")
-            size = parse_size(size_t) if size_t else None
-            if size_t and size is None and size_t.strip():
-                r.bad(_sysfs.Malformed(r.name(f"{ib}/size"), f"not a cache size: {ascii(size_t.strip()[:24])}"),
-                      "size unknown")
+            size_t = r.text_or_note(f"{ib}/size", "size unknown")
+            size = None
+            if size_t and size_t.strip():
+                try:
+                    size = _sysfs.parse_cache_size(size_t)
+                except ValueError as e:
+                    r.bad(_sysfs.Malformed(r.name(f"{ib}/size"), str(e)), "size unknown")
             # hwloc reads the hex map; the list is the fallback (they disagree in
-            # 64fake-4n2s2ca2c2t and 64amd64-4s2n4ca2co, and the map is right).
+            # 64fake-4n2s2ca2c2t and 64amd64-4s2n4ca2co, and the map is right). No
+            # usable set (ia64 leaves some maps empty): the core's CPUs, as hwloc does.
             shared = r.first_cpus([(f"{ib}/shared_cpu_map", MASK), (f"{ib}/shared_cpu_list", LIST)],
-                                  cpu_limit) or [c]
-            shared_t = tuple(x for x in sorted(shared) if x in cpuset) or (c,)
-            if c not in shared_t:  # a map that does not hold its own CPU is wrong
-                shared_t = (c,)
+                                  cpu_limit, must_hold=c, fallback="next source, else the core's CPUs")
+            if shared is None:
+                shared = cpus_by_id[c].siblings
+            shared_t = tuple(x for x in sorted(shared) if x in cpuset)
             key = (level, ctype, shared_t)
             if key in caches:
                 continue

@@ -149,6 +149,20 @@ def parse_size(text: str) -> int | None:
     return int(m.group(1)) * mult
 
 
+_CACHE_SIZE = re.compile(r"(\d{1,12})K?")
+
+
+def parse_cache_size(text: str) -> int:
+    """A cache ``size`` file: KiB with a ``K`` suffix (the kernel prints ``%uK``; hwloc
+    reads the number as KiB with or without it). Raises ``ValueError`` otherwise, or
+    for 0."""
+    t = text.strip()
+    m = _CACHE_SIZE.fullmatch(t)
+    if not m or not int(m.group(1)):
+        raise ValueError(f"not a cache size: {_show(t)}")
+    return int(m.group(1)) * 1024
+
+
 def parse_distances(text: str, count: int) -> list[int]:
     """A node's ``distance`` row: exactly `count` decimal values in 1..255 (ACPI SLIT
     and device-tree distances are bytes; 255 means unreachable)."""
@@ -249,6 +263,14 @@ class SysfsReader:
             data = data[:max_bytes]
         return data.split(b"\0", 1)[0].decode("ascii", errors="replace")
 
+    def text_or_note(self, rel: str, consequence: str = "ignored") -> str | None:
+        """:meth:`text`, with a file over the size cap noted and read as absent."""
+        try:
+            return self.text(rel)
+        except Malformed as e:
+            self.bad(e, consequence)
+            return None
+
     def listdir(self, rel: str) -> list[str]:
         try:
             return os.listdir(self.path(rel))
@@ -300,14 +322,21 @@ class SysfsReader:
             raise Malformed(self.name(rel), str(e)) from None
 
     # -- typed access with hwloc's fallbacks (note, never raise) ------------------------
-    def first_cpus(self, candidates, limit: int, what: str = "CPU") -> list[int] | None:
+    def first_cpus(self, candidates, limit: int, what: str = "CPU", must_hold: int | None = None,
+                   fallback: str = "ignored") -> list[int] | None:
         """The first readable, well-formed file of `candidates` (``(rel, is_mask)``
-        pairs); a malformed one gets a note and the next is tried. None if none is."""
+        pairs); a malformed one gets a note and the next is tried. None if none is.
+
+        With `must_hold`, a set without that CPU is malformed too (a CPU always shares
+        its own caches and is its own thread sibling; the kernel never says otherwise,
+        but ia64 kernels leave some cache maps empty)."""
         for rel, mask in candidates:
             try:
                 v = self.cpus(rel, limit, mask=mask, what=what)
+                if v is not None and must_hold is not None and must_hold not in v:
+                    raise Malformed(self.name(rel), f"does not list CPU {must_hold}" if v else "lists no CPU")
             except Malformed as e:
-                self.bad(e)
+                self.bad(e, fallback)
                 continue
             if v is not None:
                 return v
