@@ -329,8 +329,9 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
                          f"{_fmt_list(sorted(allowed.cpus))}; left out: {_fmt_list(outside)}")
             cpus_ids = [c for c in cpus_ids if c in allowed.cpus]
         if not cpus_ids:
+            source = r.name(online_file) if online is not None else f"the cpuN/online flags under {rootp / CPU_DIR}"
             raise TopologyError(f"{allowed.cpus_file}: the cgroup cpuset {allowed.cgroup} allows none of "
-                                f"the usable CPUs ({_fmt_list(sorted(outside))})")
+                                f"the usable CPUs ({_fmt_list(sorted(outside))}, online per {source})")
     if not cpus_ids:
         raise TopologyError(f"no usable CPU found under {rootp / CPU_DIR}")
     cpuset = set(cpus_ids)
@@ -379,7 +380,7 @@ def _probe(r: _sysfs.SysfsReader, rootp: Path, live: bool, packet_bytes: int | N
             kept = [x for x in raw_nodes if x[0] in allowed.mems]
             if not kept:
                 raise TopologyError(f"{allowed.mems_file}: the cgroup cpuset {allowed.cgroup} allows none of "
-                                    f"the NUMA nodes ({_fmt_list(outside)})")
+                                    f"the NUMA nodes ({_fmt_list(outside)} under {rootp / NODE_DIR})")
             raw_nodes = kept
 
     # -- distances: the kernel's rows list every online node in increasing order; keep
