@@ -10,7 +10,10 @@ sys.path.insert(0, str(HERE))
 
 
 def fixture_names():
-    return sorted(p.name[: -len(".console")] for p in FIXTURES.glob("*.console"))
+    """Captures with hwloc's expected output: `NAME.console` (lstopo's text) or
+    `NAME.xml` (for captures whose hwloc test compares XML), next to `NAME.tar.bz2`."""
+    return sorted(p.name.rsplit(".", 1)[0] for p in FIXTURES.iterdir()
+                  if p.suffix in (".console", ".xml") and (FIXTURES / f"{p.name.rsplit('.', 1)[0]}.tar.bz2").exists())
 
 
 @pytest.fixture(scope="session")

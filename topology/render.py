@@ -12,19 +12,16 @@ from dataclasses import dataclass, field
 
 from .probe import Topology
 
-_RANK = {
-    "Machine": 0,
-    "Package": 1,
-    "Group": 2,
-    "L4": 3,
-    "L3": 4,
-    "L2": 5,
-    "L1d": 6,
-    "L1i": 7,
-    "L1": 6,
-    "Core": 8,
-    "PU": 9,
-}
+_RANK = {"Machine": 0, "Package": 1, "Group": 2, "Core": 20, "PU": 21}
+
+
+def _rank(kind: str) -> tuple[int, int]:
+    """Parents first on equal CPU sets: Machine > Package > Group > L9..L1 (unified or
+    data before instruction, as lstopo nests L1i under L1d) > Core > PU."""
+    if kind in _RANK:
+        return _RANK[kind], 0
+    level = int(kind[1])  # "L2", "L2d", "L1i": Cache.name
+    return 3 + (9 - level), 1 if kind.endswith("i") else 0
 
 
 @dataclass
@@ -80,7 +77,7 @@ def build_tree(topo: Topology) -> _Obj:
             existing.add(frozenset(n.cpus))
 
     # Insert big sets first; on equal sets the higher-ranked kind becomes the parent.
-    objs.sort(key=lambda o: (-len(o.cpus), _RANK[o.kind]))
+    objs.sort(key=lambda o: (-len(o.cpus), _rank(o.kind)))
     placed: list[_Obj] = [machine]
     for o in objs:
         parent = machine
@@ -124,8 +121,7 @@ def render_tree(topo: Topology) -> str:
         if o.kind == "Machine":
             lines.append(f"Machine {o.label}")
         else:
-            name = {"L1d": "L1dCache", "L1i": "L1iCache", "L1": "L1Cache", "L2": "L2Cache",
-                    "L3": "L3Cache", "L4": "L4Cache"}.get(o.kind, o.kind)
+            name = f"{o.kind}Cache" if o.kind[0] == "L" and o.kind[1:2].isdigit() else o.kind
             li = counters.get(o.kind, 0)
             counters[o.kind] = li + 1
             parts = []
