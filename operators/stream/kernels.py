@@ -102,6 +102,25 @@ def window_assign(ts, size, slide, wm, lateness):
 
 
 @njit(nogil=True, cache=True)
+def tumbling_assign(ts, size, wm, lateness, starts):
+    """``window_assign`` for tumbling windows (one window per row), writing each row's
+    window start into `starts` (-1 marks a late row). Returns (wm, late)."""
+    late = 0
+    for i in range(ts.shape[0]):
+        t = np.int64(ts[i])
+        if t > wm:
+            wm = t
+        q = t // size  # floor division: Python semantics in numba
+        s = q * size
+        if s + size + lateness <= wm:
+            late += 1
+            starts[i] = -1
+        else:
+            starts[i] = s
+    return wm, late
+
+
+@njit(nogil=True, cache=True)
 def window_rows(km, fv, iv, rows, starts):
     """The group keys ``[window start; key]`` and the values of the (row, window) pairs
     of ``window_assign``: one column per pair."""

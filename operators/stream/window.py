@@ -14,7 +14,7 @@ from bobox_sched.stream.punct import Window
 from ..expr import Compiled, Field, Schema, col
 from ..ops import KeyEvaluator, send_columns
 from .aggstate import AggSpec, GroupTable, decode_keys
-from .kernels import split_closed, window_assign, window_rows
+from .kernels import mask_index, split_closed, tumbling_assign, window_assign, window_rows
 from .schemas import as_schema
 
 # Watermark before the first row: far below any timestamp, far enough from the int64
@@ -130,22 +130,45 @@ class WindowAggregate(StreamOperator):
         if n == 0:
             return
         cols = pkt.columns
-        km = self._km(cols, n)
         fv, iv = self.spec.values(cols, n)
         if not self.timed:
-            self.table.add(km, fv, iv)
+            self.table.add(self._km(cols, n), fv, iv)
             return
         w = self.window
-        rows, starts, self.wm, late = window_assign(cols[w.time], w.size, w.slide, self.wm, w.lateness)
-        self.late_rows += late
-        if len(rows):
-            keys, f, i = window_rows(km, fv, iv, rows, starts)
-            self.table.add(keys, f, i)
+        if w.slide == w.size:
+            # tumbling: one window per row; the group keys are [window start; keys],
+            # built in place (no per-pair copy) unless some rows were late
+            keys = np.empty((1 + len(self.keys), n), np.int64)
+            self.wm, late = tumbling_assign(cols[w.time], w.size, self.wm, w.lateness, keys[0])
+            self._fill_keys(cols, n, keys)
+            if late:
+                self.late_rows += late
+                kept = mask_index(keys[0] != -1)
+                keys, fv, iv = window_rows(keys[1:], fv, iv, kept, keys[0][kept])
+            self.table.add(keys, fv, iv)
+        else:
+            rows, starts, self.wm, late = window_assign(cols[w.time], w.size, w.slide, self.wm, w.lateness)
+            self.late_rows += late
+            if len(rows):
+                keys, f, i = window_rows(self._km(cols, n), fv, iv, rows, starts)
+                self.table.add(keys, f, i)
         self._close(ctx, self.wm - w.size - w.lateness)
+
+    def _fill_keys(self, cols, n, keys) -> None:
+        """Rows 1.. of `keys` = the key matrix of the packet."""
+        if not self.keys:
+            return
+        km = self._km
+        if km.fused is not None:
+            km.fused(cols, list(keys[1:]))
+        else:
+            keys[1:] = km(cols, n)
 
     # -- closing windows -------------------------------------------------------------------
     def _close(self, ctx, limit: int) -> None:
-        """Emit every window starting at or before `limit` (its end passed the watermark)."""
+        """Emit every window starting at or before `limit` (its end passed the watermark):
+        the rows of all of them computed at once, then sent window by window, each
+        followed by its punctuation."""
         t = self.table
         if t.ngroups == 0:
             return
@@ -155,18 +178,16 @@ class WindowAggregate(StreamOperator):
         gk, fa, ia = t.take(closed)
         t.keep(kept)
         starts = gk[0]
-        cut = np.flatnonzero(starts[1:] != starts[:-1]) + 1
-        bounds = [0, *cut.tolist(), len(starts)]
+        size = self.window.size
         cols = decode_keys(gk[1:], self.key_fields)
         cols.update(self.spec.finalize(fa, ia))
-        size = self.window.size
+        cols["window_start"] = starts
+        cols["window_end"] = starts + size
+        cut = np.flatnonzero(starts[1:] != starts[:-1]) + 1
+        bounds = [0, *cut.tolist(), len(starts)]
         for a, b in zip(bounds, bounds[1:]):
-            s = int(starts[a])
-            part = {k: v[a:b] for k, v in cols.items()}
-            part["window_start"] = np.full(b - a, s, np.int64)
-            part["window_end"] = np.full(b - a, s + size, np.int64)
-            send_columns(ctx, "out", self.schema, part, b - a)
-            ctx.punctuate(Window(s + size))
+            send_columns(ctx, "out", self.schema, {k: v[a:b] for k, v in cols.items()}, b - a)
+            ctx.punctuate(Window(int(starts[a]) + size))
             self.windows += 1
 
     def _emit_all(self, ctx, punct) -> None:
