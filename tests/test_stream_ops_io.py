@@ -25,7 +25,7 @@ from operators.expr import col
 from operators.stream import (END_FRAME, CountSink, EventSource, Map, ParquetReplay, ParquetSink, SocketSource,
                               Tumbling, WindowAggregate, arrow_frame, events, format_report, report_table,
                               stream_report)
-from stream_ops_support import POLICIES, Feed, Record, cut, puncts, rows, scheds  # noqa: F401
+from stream_ops_support import POLICIES, Feed, Record, cut, rows, scheds  # noqa: F401
 
 DT = {"ts": np.int64, "k": np.int64, "v": np.float64}
 
@@ -138,8 +138,10 @@ def test_cancelled_stream_and_failing_sink_leave_no_file(scheds, policy, tmp_pat
     h = scheds[policy].submit(plan)
     for p in cut(table_rows(100), [20] * 5):
         ch.put(p, timeout=30)
-    while not files_in(tmp_path):
+    deadline = time.monotonic() + 30
+    while not files_in(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert files_in(tmp_path), "the sink wrote no row group"
     h.cancel()
     with pytest.raises(RequestCancelled):
         h.result(timeout=10)
@@ -314,7 +316,8 @@ def test_socket_source_cancel_stops_the_reader(scheds, policy):
     srv = Server([b"1,2,3.0\n"], hold=True)
     plan = socket_plan(srv.port, "lines")
     h = scheds[policy].submit(plan)
-    while h.stats["tasks"] < 2:
+    deadline = time.monotonic() + 30
+    while h.stats["tasks"] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     h.cancel()
     deadline = time.monotonic() + 10

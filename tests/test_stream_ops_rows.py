@@ -156,7 +156,8 @@ def test_models_declared():
     assert f.state == M.STATELESS and f.selectivity == M.AT_MOST_ONE and f.forwards("k") and f.forwards("x")
     fm = M.model_of(FlatMap(DT, "n"))
     assert fm.state == M.STATELESS and fm.selectivity == M.UNKNOWN and fm.selectivity_range == (0, None)
-    assert fm.forwards("x")
+    assert fm.forwards("x") and not M.model_of(FlatMap(DT, "n", rank="r")).forwards("r")
+    assert Map.carries_hidden and Filter.carries_hidden and FlatMap.carries_hidden
 
 
 def test_bad_arguments_are_refused():

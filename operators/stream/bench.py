@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from bobox_sched.packet import NodePool, PacketSpec, new_packet
-from bobox_sched.stream.punct import Punctuation
 
 from ..expr import col
 from .generators import events

@@ -12,6 +12,8 @@ Hidden columns are those whose name starts with ``__`` (:data:`HIDDEN`). Operato
 see them in their schemas or kernels; :func:`send_derived` copies every hidden column of
 the input packet to the output, gathered by the parents, in one nogil kernel per column.
 A packet without hidden columns (no region, the common case) costs one dict scan.
+Operators that send this way declare ``carries_hidden = True`` (a rewrite may check it
+before relying on ``__seq`` arriving behind them).
 Operators whose outputs are caused by no single row (window aggregates, sessions: rule
 R8) drop hidden columns.
 """

@@ -67,6 +67,7 @@ class Filter(StreamOperator):
     state = M.STATELESS
     selectivity_bound = M.AT_MOST_ONE
     forwarding = M.ALWAYS
+    carries_hidden = True  # outputs go through derive.send_derived
 
     def __init__(self, schema, predicate: Expr | None = None, *, kernel=None, args=()):
         schema = as_schema(schema)

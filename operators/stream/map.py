@@ -8,7 +8,7 @@ from bobox_sched import Packet, StreamOperator
 from bobox_sched.stream import model as M
 
 from .. import codegen
-from ..expr import Compiled, Expr, Schema, as_expr
+from ..expr import Compiled, Schema, as_expr
 from .derive import send_derived
 from .schemas import as_schema
 from .userkernel import check_kernel, out_fields
@@ -34,6 +34,7 @@ class Map(StreamOperator):
     state = M.STATELESS
     selectivity_bound = M.EXACTLY_ONE
     forwarding = M.ALWAYS
+    carries_hidden = True  # outputs go through derive.send_derived
     selectivity = 1.0
 
     def __init__(self, schema, exprs=(), *, kernel=None, args=(), out=(), drop=()):

@@ -35,7 +35,10 @@ from .schemas import as_schema, from_arrow
 # cost nothing.
 _POLL_S = 0.1
 _FRAME = struct.Struct("<I")  # Arrow frame header: payload length, little-endian uint32
-_RECV = 1 << 16  # bytes per recv: one packet per block of complete lines received
+# Bytes asked per recv; the complete lines of each block received become one packet. A
+# fast sender fills it (64 KiB of short CSV lines: ~2000 rows, a packet of the usual
+# size); a slow one gets a packet per burst, which keeps latency low. Not tuned further.
+_RECV = 1 << 16
 
 
 def arrow_frame(data) -> bytes:
@@ -97,7 +100,7 @@ class SocketSource(QueueSource):
             ch._bind(ctx.op)
             self._bound = True
         if self._thread is None:
-            self._thread = threading.Thread(target=self._read, args=(ctx.op,), daemon=True,
+            self._thread = threading.Thread(target=self._read, args=(ctx.request,), daemon=True,
                                             name=f"bobox-socket-{self.host}:{self.port}")
             self._thread.start()
         for _ in range(self.batch):
@@ -124,19 +127,19 @@ class SocketSource(QueueSource):
             ctx.reschedule()
 
     # -- reader thread ----------------------------------------------------------------------
-    def _read(self, op) -> None:
+    def _read(self, req) -> None:
         sock = None
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
             sock.settimeout(_POLL_S)
             if self.format == "lines":
-                self._read_lines(op, sock)
+                self._read_lines(req, sock)
             else:
-                self._read_arrow(op, sock)
+                self._read_arrow(req, sock)
         except _Closed:
             return
         except BaseException as e:  # noqa: BLE001 - handed to the worker, which fails the request
-            if self._active(op):
+            if self._active(req):
                 self._error = e if isinstance(e, Exception) else RuntimeError(repr(e))
         finally:
             if sock is not None:
@@ -147,20 +150,19 @@ class SocketSource(QueueSource):
                 pass
 
     @staticmethod
-    def _active(op) -> bool:
-        req = op._bx_req
+    def _active(req) -> bool:
         return req.state is req.ACTIVE
 
-    def _recv(self, op, sock, n: int) -> bytes:
+    def _recv(self, req, sock, n: int) -> bytes:
         """Up to `n` bytes (b"" at end of input), polling the request's state."""
         while True:
             try:
                 return sock.recv(n)
             except socket.timeout:
-                if not self._active(op):
+                if not self._active(req):
                     raise _Closed from None
 
-    def _put(self, op, cols: dict) -> None:
+    def _put(self, cols: dict) -> None:
         n = len(next(iter(cols.values()))) if cols else 0
         if n == 0:
             return
@@ -170,7 +172,7 @@ class SocketSource(QueueSource):
             raise _Closed from None
         self.rows += n
 
-    def _read_lines(self, op, sock) -> None:
+    def _read_lines(self, req, sock) -> None:
         names = self.schema.names
         types = {f.name: pa.from_numpy_dtype(f.dtype) for f in self.schema.fields}
         ropts = pcsv.ReadOptions(column_names=names, use_threads=False)
@@ -180,11 +182,11 @@ class SocketSource(QueueSource):
         def parse(block: bytes) -> None:
             table = pcsv.read_csv(pa.py_buffer(block), read_options=ropts, parse_options=popts,
                                   convert_options=copts)
-            self._put(op, from_arrow(table, self.schema))
+            self._put(from_arrow(table, self.schema))
 
         buf = bytearray()
         while True:
-            data = self._recv(op, sock, _RECV)
+            data = self._recv(req, sock, _RECV)
             if not data:
                 if buf.strip():
                     parse(bytes(buf) + b"\n")
@@ -197,12 +199,12 @@ class SocketSource(QueueSource):
                 if block.strip():
                     parse(block)
 
-    def _exact(self, op, sock, n: int, what: str) -> bytes | None:
+    def _exact(self, req, sock, n: int, what: str) -> bytes | None:
         """Exactly `n` bytes; None at end of input before the first byte."""
         parts = []
         got = 0
         while got < n:
-            data = self._recv(op, sock, min(n - got, 1 << 20))
+            data = self._recv(req, sock, min(n - got, 1 << 20))
             if not data:
                 if got == 0:
                     return None
@@ -211,20 +213,20 @@ class SocketSource(QueueSource):
             got += len(data)
         return b"".join(parts)
 
-    def _read_arrow(self, op, sock) -> None:
+    def _read_arrow(self, req, sock) -> None:
         while True:
-            head = self._exact(op, sock, _FRAME.size, "a frame header")
+            head = self._exact(req, sock, _FRAME.size, "a frame header")
             if head is None:
                 return
             (length,) = _FRAME.unpack(head)
             if length == 0:
                 return
-            body = self._exact(op, sock, length, "a frame")
+            body = self._exact(req, sock, length, "a frame")
             if body is None:
                 raise ConnectionError("connection closed inside a frame")
             with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
                 for batch in reader:
-                    self._put(op, from_arrow(batch, self.schema))
+                    self._put(from_arrow(batch, self.schema))
 
 
 __all__ = ["END_FRAME", "SocketSource", "arrow_frame"]
