@@ -101,10 +101,13 @@ def window_assign(ts, size, slide, wm, lateness):
     return rows[:m], starts[:m], wm, late
 
 
+LATE = np.iinfo(np.int64).min  # no window starts there (timestamps stay above -2**62)
+
+
 @njit(nogil=True, cache=True)
 def tumbling_assign(ts, size, wm, lateness, starts):
     """``window_assign`` for tumbling windows (one window per row), writing each row's
-    window start into `starts` (-1 marks a late row). Returns (wm, late)."""
+    window start into `starts` (:data:`LATE` marks a late row). Returns (wm, late)."""
     late = 0
     for i in range(ts.shape[0]):
         t = np.int64(ts[i])
@@ -114,7 +117,7 @@ def tumbling_assign(ts, size, wm, lateness, starts):
         s = q * size
         if s + size + lateness <= wm:
             late += 1
-            starts[i] = -1
+            starts[i] = LATE
         else:
             starts[i] = s
     return wm, late

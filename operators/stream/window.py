@@ -14,7 +14,7 @@ from bobox_sched.stream.punct import Window
 from ..expr import Compiled, Field, Schema, col
 from ..ops import KeyEvaluator, send_columns
 from .aggstate import AggSpec, GroupTable, decode_keys
-from .kernels import mask_index, split_closed, tumbling_assign, window_assign, window_rows
+from .kernels import LATE, mask_index, split_closed, tumbling_assign, window_assign, window_rows
 from .schemas import as_schema
 
 # Watermark before the first row: far below any timestamp, far enough from the int64
@@ -143,7 +143,7 @@ class WindowAggregate(StreamOperator):
             self._fill_keys(cols, n, keys)
             if late:
                 self.late_rows += late
-                kept = mask_index(keys[0] != -1)
+                kept = mask_index(keys[0] != LATE)
                 keys, fv, iv = window_rows(keys[1:], fv, iv, kept, keys[0][kept])
             self.table.add(keys, fv, iv)
         else:
