@@ -121,7 +121,7 @@ def test_tumbling_and_sliding_windows(scheds, policy, data, size, ratio):
 
 @pytest.mark.parametrize("policy", POLICIES)
 @SETTINGS
-@given(data=event_streams(disorder=True), size=st.integers(5, 60), lateness=st.integers(0, 20))
+@given(data=event_streams(disorder=True), size=st.integers(1, 60), lateness=st.integers(0, 20))
 def test_out_of_order_rows_late_rows_dropped(scheds, policy, data, size, lateness):
     cols, packets = data
     plan = chain_plan("late", packets, DT, (WindowAggregate, (DT, ["k"], AGGS, Tumbling("ts", size, lateness)), {}))
