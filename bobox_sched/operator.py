@@ -142,13 +142,17 @@ class Context:
         except KeyError:
             raise _no_port(op, "input", port) from None
         # task.take_input's fast path, inlined (one frame less per packet): a packet at
-        # the head, no waiter, no locality sampling.
+        # the head, no locality sampling. Pop first, then look at the waiters (task.py's
+        # protocol): a sender that registers after the look sees the room on its second
+        # look; looking before the pop would miss one that registers in between.
         q = op._bx_inq[j]
         if q:
             pkt = q[0]
-            if pkt.__class__ is Packet and not op._bx_waiters and self.worker.locality_sampler is None:
+            if pkt.__class__ is Packet and self.worker.locality_sampler is None:
                 q.popleft()  # the only consumer: it is still the head
                 op._bx_idle = 0
+                if op._bx_waiters:
+                    _task._wake_waiters(self.worker, op)
                 return pkt
         return _task.take_input(self.worker, op, j)
 
