@@ -325,7 +325,8 @@ class StreamOperator(Operator):
     ``on_packet(ctx, port, packet)`` for each packet, ``on_punct(ctx, port, punct)`` for
     each punctuation on an input declared ``punct_in="expecting"``, ``on_eos(ctx, port)``
     once per input when its stream ends, ``on_end(ctx)`` once when all inputs ended (then
-    the runtime closes every output and finishes)."""
+    the runtime closes every output and finishes). A callback that calls ``ctx.finish()``
+    is the last one: what is still buffered is dropped."""
 
     inputs = ("in",)
     outputs = ("out",)
@@ -358,6 +359,8 @@ class StreamOperator(Operator):
                     self.on_packet(ctx, port, pkt)
                 else:
                     self.on_punct(ctx, port, pkt)
+                if self._bx_finishing:
+                    return  # the callback called ctx.finish(): no callback after that
             if ctx.blocked:
                 return
             if not op_eos[i] and ctx.at_eos(port):

@@ -327,6 +327,43 @@ def test_finish_without_close_ends_the_stream(policy):
         assert shutdown_returns(s), "shutdown() did not return"
 
 
+class Burst(Operator):
+    """Sends `n` packets of 10 rows per run while its receiver has room (fills the
+    receiver's buffer before the receiver runs)."""
+
+    outputs = ("out",)
+
+    def __init__(self, n):
+        self.n = n
+        self.i = 0
+
+    def process(self, ctx):
+        while self.i < self.n and not ctx.blocked:
+            p = ctx.new_packet({"x": np.int64}, 10)
+            p["x"][:] = np.arange(self.i * 10, self.i * 10 + 10)
+            ctx.send("out", p)
+            self.i += 1
+        if self.i == self.n and not ctx.blocked:
+            ctx.finish()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_finish_in_on_packet_is_the_last_callback_with_packets_buffered(policy):
+    """A StreamOperator that finishes in on_packet while more packets wait in its buffer
+    (a run drains the buffer) gets no on_packet after that: it used to be called for the
+    next buffered packet, whose send then failed the request (sent after closing). One
+    worker, so the source fills the buffer before the quitter first runs."""
+    from test_policy_bobox import make_topology
+
+    with Scheduler(topology=make_topology(1, 1), policy=policy, threads_per_node=1, pin=False) as s:
+        p = Plan("burst")
+        p.add("src", Burst, 100)
+        p.add("m", Quitter)
+        p.add("sink", SumSink)
+        p.chain("src", "m", "sink")
+        assert s.submit(p).result(HANG) == sum(range(30))
+
+
 class BadSource(Source):
     def __init__(self, value):
         self.value = value
