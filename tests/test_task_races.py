@@ -4,14 +4,19 @@ there, as a thread switch at that point would. Each test names the invariant it 
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
 
+import bobox_sched
 from bobox_sched import task
 from bobox_sched.operator import Context, Operator, StreamOperator
 from bobox_sched.packet import Packet
+from bobox_sched.stream.punct import Window
 
 
 class RecordingPolicy:
@@ -129,3 +134,371 @@ def test_recv_fast_path_never_strands_a_sender_that_registered_during_the_take()
         "sender stranded: its packet waits in the outbox for room that exists "
         f"(receiver buffer {len(r._bx_inq[0])}/1, waiters {list(r._bx_waiters)})"
     )
+
+
+# -- every single preemption ------------------------------------------------------------
+#
+# A model of two threads: one task runs ("main"), and at its n-th bytecode inside the
+# runtime (bobox_sched/) a second task runs to completion ("other") -- a thread switch at
+# that point. For each n, from a fresh state, until main completes without reaching n;
+# then every remaining task runs, one at a time, and the end state is checked. Bytecode
+# boundaries the GIL would never switch at are included: a free-threaded build can
+# interleave anywhere.
+
+RUNTIME_DIR = os.path.dirname(bobox_sched.__file__)
+
+
+def preempt_at(n: int, main, other) -> bool:
+    """Run main(); before its n-th bytecode in the runtime, run other() (or at the first
+    bytecode after that where other does not return False: it would block). True if it
+    did; False if main had fewer bytecodes (other then runs after it)."""
+    state = {"count": 0, "fired": False, "error": None}
+
+    def local(frame, event, arg):
+        if event == "opcode" and not state["fired"]:
+            if state["count"] >= n:
+                try:
+                    # Trace functions are off inside a trace function. False: other
+                    # would block here (a lock main holds): try at the next bytecode.
+                    state["fired"] = other() is not False
+                except BaseException as e:  # noqa: BLE001 - reported below
+                    state["fired"] = True
+                    state["error"] = e
+            state["count"] += 1
+        return local
+
+    def call(frame, event, arg):
+        if frame.f_code.co_filename.startswith(RUNTIME_DIR):
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+            return local
+        return None
+
+    old = sys.gettrace()
+    sys.settrace(call)
+    try:
+        main()
+    finally:
+        sys.settrace(old)
+    if state["error"] is not None:
+        raise state["error"]
+    if not state["fired"]:
+        other()
+    return state["fired"]
+
+
+class SimPolicy(RecordingPolicy):
+    """Tasks in one FIFO list; flags two tasks of one operator: a push of an operator
+    that has a pending task, or that another worker is running (the running worker
+    itself may push its next task: it keeps the token). A run ends, for this purpose,
+    when it releases the token (what it does after that touches no operator state)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pending = deque()
+        self.running = {}  # op -> the worker running it
+        self.errors = []
+
+    def _add(self, op, worker):
+        if op in self.pending:
+            self.errors.append(f"second task of {op.name} (one pending)")
+        elif op in self.running and self.running[op] is not worker:
+            self.errors.append(f"second task of {op.name} (pushed while another worker runs it)")
+        self.pushed.append(op)
+        self.pending.append(op)
+
+    def push_immediate(self, worker, op):
+        self._add(op, worker)
+
+    def push_deferred(self, request, op, worker):
+        self._add(op, worker)
+
+    def push_on(self, request, op, node=None, worker=None):
+        self._add(op, worker)
+
+    def push_later(self, request, op, delay):
+        self._add(op, None)
+
+    def run(self, worker, op):
+        if op in self.running:
+            self.errors.append(f"two workers run {op.name}")
+        if not op._bx_tok.locked():
+            self.errors.append(f"a task of {op.name} without its token")
+        self.running[op] = worker
+        try:
+            task.run_task(worker, op)
+        finally:
+            if self.running.get(op) is worker:
+                del self.running[op]
+
+    def released(self, op):
+        self.running.pop(op, None)
+
+    def pop(self, skip=None):
+        for op in self.pending:
+            if op is not skip:
+                self.pending.remove(op)
+                return op
+        return None
+
+
+class Token:
+    """The task token, telling the policy when a run gives it back."""
+
+    def __init__(self, op, policy):
+        self._lock = threading.Lock()
+        self._op = op
+        self._policy = policy
+        self.acquire = self._lock.acquire
+        self.locked = self._lock.locked
+
+    def release(self):
+        self._policy.released(self._op)
+        self._lock.release()
+
+
+class Emit(Operator):
+    """A source of one-row packets 0..n-1, one per run."""
+
+    outputs = ("out",)
+
+    def __init__(self, n):
+        self.n = n
+        self.i = 0
+
+    def process(self, ctx):
+        if ctx.blocked:
+            return
+        if self.i == self.n:
+            ctx.finish()
+            return
+        ctx.send("out", pkt(self.i))
+        self.i += 1
+        ctx.reschedule()
+
+
+class Forward(StreamOperator):
+    def on_packet(self, ctx, port, packet):
+        ctx.send("out", packet)
+
+
+class Limit(StreamOperator):
+    """Takes `k` packets, then finishes (a LIMIT): its senders then drop what they send."""
+
+    outputs = ()
+
+    def __init__(self, k):
+        self.k = k
+        self.got = []
+
+    def on_packet(self, ctx, port, packet):
+        self.got.append(int(packet["x"][0]))
+        if len(self.got) == self.k:
+            ctx.finish()
+
+
+class World:
+    """Operators `ops` with `edges` ((sender, output index, receiver, input index)),
+    buffers of `cap`; every source has its first task."""
+
+    def __init__(self, ops, edges, cap=1):
+        self.req = FakeRequest()
+        self.req.policy = self.policy = SimPolicy()
+        self.ops = ops
+        for i, op in enumerate(ops):
+            op._bind(f"op{i}", self.req, cap)
+            op._bx_tok = Token(op, self.policy)
+        for a, i, b, j in edges:
+            ops[a]._bx_dst[i] = (ops[b], j)
+        self.w1, self.w2 = fake_worker(), fake_worker()
+        for op in ops:
+            if not op.inputs:
+                op._bx_tok.acquire()
+                self.policy.pending.append(op)
+
+    @classmethod
+    def chain(cls, ops, cap=1):
+        return cls(ops, [(k, 0, k + 1, 0) for k in range(len(ops) - 1)], cap)
+
+    def step(self, worker):
+        op = self.policy.pop()
+        if op is not None:
+            self.policy.run(worker, op)
+        return op
+
+    def two_tasks(self):
+        """Two parties: the tasks of two different operators (None if fewer pending)."""
+        a = self.policy.pop()
+        b = self.policy.pop(skip=a)
+        if a is None or b is None:
+            for op in (b, a):
+                if op is not None:
+                    self.policy.pending.appendleft(op)
+            return None
+        return (a.name, lambda: self.policy.run(self.w1, a)), (b.name, lambda: self.policy.run(self.w2, b))
+
+    def drain(self, limit=10_000):
+        for _ in range(limit):
+            if self.step(self.w1) is None:
+                return
+        raise AssertionError("tasks never run out (livelock)")
+
+
+def explore(make_world, check, parties=World.two_tasks, max_prefix=40):
+    """For each prefix length k (tasks run one at a time first) after which `parties`
+    gives two, every preemption point n of one by the other, both ways round; then
+    every task left runs and `check` judges the end state."""
+    cases = 0
+    for k in range(max_prefix):
+        probe = make_world()
+        if any(probe.step(probe.w1) is None for _ in range(k)):
+            break
+        if parties(probe) is None:
+            continue
+        for order in (0, 1):
+            n = 0
+            while True:
+                world = make_world()
+                for _ in range(k):
+                    world.step(world.w1)
+                (na, a), (nb, b) = parties(world)[:: -1 if order else 1]
+                fired = preempt_at(n, a, b)
+                world.drain()
+                where = f"prefix {k}, {na} preempted by {nb} at bytecode {n}"
+                assert not world.policy.errors, f"{where}: {world.policy.errors}"
+                check(world, where)
+                cases += 1
+                if not fired:
+                    break
+                n += 1
+    return cases
+
+
+def quiescent(world, where):
+    """Nothing waits: no outbox holds a packet, no task is pending, every operator is
+    finished (the run completed)."""
+    for op in world.ops:
+        assert not op._bx_outbox, f"{where}: {op.name} stranded with {len(op._bx_outbox)} item(s) in its outbox"
+        assert op._bx_finished, f"{where}: {op.name} never finished (inputs {[len(q) for q in op._bx_inq]})"
+    assert not world.policy.pending
+    assert not world.req.failed, f"{where}: {world.req.failed}"
+
+
+def test_chain_every_preemption_delivers_everything_in_order():
+    """Source -> forward -> sink with one-packet buffers: whichever bytecode of one
+    task another task runs at, every packet arrives once and in order, nothing is left
+    waiting, and no operator ever has two tasks."""
+    n = 4
+
+    def check(world, where):
+        quiescent(world, where)
+        assert world.ops[-1].got == list(range(n)), f"{where}: got {world.ops[-1].got}"
+
+    assert explore(lambda: World.chain([Emit(n), Forward(), Collect()]), check) > 100
+
+
+def test_finishing_receiver_every_preemption_releases_its_senders():
+    """A receiver that finishes early (a LIMIT) while its senders are blocked on it or
+    sending: at every preemption point they are let go (they drop what they send) and
+    finish; none waits for ever on a buffer nobody reads."""
+
+    def check(world, where):
+        quiescent(world, where)
+        assert world.ops[-1].got == [0, 1], f"{where}: got {world.ops[-1].got}"
+
+    assert explore(lambda: World.chain([Emit(6), Forward(), Limit(2)]), check) > 100
+
+
+class EmitPunct(Emit):
+    """Emit, with a window punctuation after every odd packet."""
+
+    def process(self, ctx):
+        i = self.i
+        super().process(ctx)
+        if self.i != i and i % 2:
+            ctx.punctuate(Window(i))
+
+
+class Record(StreamOperator):
+    """A sink that receives punctuations too (expecting): records packets and windows."""
+
+    outputs = ()
+    punct_in = "expecting"
+
+    def __init__(self):
+        self.got = []
+
+    def on_packet(self, ctx, port, packet):
+        self.got.append(int(packet["x"][0]))
+
+    def on_punct(self, ctx, port, punct):
+        self.got.append(f"W{punct.wid}")
+
+
+def test_punctuations_every_preemption_keep_their_place():
+    """Punctuations forwarded by the runtime through an oblivious operator (take_input's
+    slow path, sends behind a blocked outbox) arrive in order with the packets."""
+    n = 4
+    want = [0, 1, "W1", 2, 3, "W3"]
+
+    def check(world, where):
+        quiescent(world, where)
+        assert world.ops[-1].got == want, f"{where}: got {world.ops[-1].got}"
+
+    assert explore(lambda: World.chain([EmitPunct(n), Forward(), Record()]), check) > 100
+
+
+class Union(StreamOperator):
+    inputs = ("a", "b")
+
+    def on_packet(self, ctx, port, packet):
+        ctx.send("out", packet)
+
+
+class Tee(StreamOperator):
+    outputs = ("a", "b")
+
+    def on_packet(self, ctx, port, packet):
+        ctx.send("a", packet)
+        ctx.send("b", packet)
+
+
+class Shifted(Emit):
+    def process(self, ctx):
+        if not ctx.blocked and self.i < self.n:
+            ctx.send("out", pkt(100 + self.i))
+            self.i += 1
+            ctx.reschedule()
+            return
+        super().process(ctx)
+
+
+def test_fan_in_every_preemption_keeps_each_edge_in_order():
+    """Two sources into one operator: per-edge order and exactly-once delivery."""
+    n = 3
+
+    def make():
+        return World([Emit(n), Shifted(n), Union(), Collect()], [(0, 0, 2, 0), (1, 0, 2, 1), (2, 0, 3, 0)])
+
+    def check(world, where):
+        quiescent(world, where)
+        got = world.ops[-1].got
+        assert [v for v in got if v < 100] == list(range(n)), f"{where}: got {got}"
+        assert [v - 100 for v in got if v >= 100] == list(range(n)), f"{where}: got {got}"
+
+    assert explore(make, check) > 100
+
+
+def test_fan_out_every_preemption_blocks_and_resumes_on_either_receiver():
+    """One operator sending to two receivers, either of which may be full."""
+    n = 4
+
+    def make():
+        return World([Emit(n), Tee(), Collect(), Collect()], [(0, 0, 1, 0), (1, 0, 2, 0), (1, 1, 3, 0)])
+
+    def check(world, where):
+        quiescent(world, where)
+        for sink in world.ops[2:]:
+            assert sink.got == list(range(n)), f"{where}: {sink.name} got {sink.got}"
+
+    assert explore(make, check) > 100
