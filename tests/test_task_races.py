@@ -17,6 +17,7 @@ from bobox_sched import task
 from bobox_sched.operator import Context, Operator, StreamOperator
 from bobox_sched.packet import Packet
 from bobox_sched.stream.punct import Window
+from bobox_sched.stream.sources import QueueSource, StreamChannel
 
 
 class RecordingPolicy:
@@ -502,3 +503,59 @@ def test_fan_out_every_preemption_blocks_and_resumes_on_either_receiver():
             assert sink.got == list(range(n)), f"{where}: {sink.name} got {sink.got}"
 
     assert explore(make, check) > 100
+
+
+class ChannelWorld(World):
+    """A QueueSource fed by a StreamChannel from outside the workers: a step is either a
+    put (the feeding thread) or a task; puts and tasks alternate while both remain."""
+
+    def __init__(self, n, batch):
+        self.channel = StreamChannel(capacity=None)
+        super().__init__([QueueSource(self.channel, batch=batch), Forward(), Collect()],
+                         [(0, 0, 1, 0), (1, 0, 2, 0)])
+        self.feed = deque([pkt(i) for i in range(n)] + [None])  # None: close()
+        self.turn = 0
+
+    def put(self):
+        if self.channel._cond._lock.locked():
+            return False  # the consumer holds the channel's lock: a put would wait
+        item = self.feed.popleft()
+        if item is None:
+            self.channel.close()
+        else:
+            self.channel.put(item)
+
+    def step(self, worker):
+        self.turn += 1
+        if self.feed and (self.turn % 2 or not self.policy.pending):
+            self.put()
+            return True
+        return super().step(worker)
+
+    def task_and_put(self):
+        """Two parties: the next task, and the next put."""
+        if not self.feed:
+            return None
+        op = self.policy.pop()
+        if op is None:
+            return None
+        def run():
+            if self.channel._cond._lock.locked():
+                return False  # the put holds the channel's lock: the source would wait
+            self.policy.run(self.w1, op)
+
+        return (op.name, run), ("put", self.put)
+
+
+def test_channel_every_preemption_wakes_its_source():
+    """A put at any bytecode of the source's (or its receiver's) run: the source runs
+    again for every item (the run's end sees the put, or the put gets the token), nothing
+    stays in the channel, and the stream ends once closed."""
+    n = 5
+
+    def check(world, where):
+        quiescent(world, where)
+        assert not len(world.channel), f"{where}: {len(world.channel)} item(s) left in the channel"
+        assert world.ops[-1].got == list(range(n)), f"{where}: got {world.ops[-1].got}"
+
+    assert explore(lambda: ChannelWorld(n, batch=2), check, parties=ChannelWorld.task_and_put) > 100
