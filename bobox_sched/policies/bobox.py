@@ -242,12 +242,14 @@ class BoboxPolicy(Policy):
                 w.wakeups += 1
 
     def wake_all(self) -> None:
+        # Pop each sleeper like wake_one does (never swap the list: a wake_one that read
+        # ``node.idle`` before a swap would pop from the old list a sleeper that we
+        # release too, a second release of its park). The lock only orders us after a
+        # try_sleep (see its _stopping test).
         for node in self.nodes:
             with node.lock:
-                sleepers = node.idle
-                node.idle = []
-            for w in sleepers:
-                w.park.release()
+                while node.wake_one():
+                    pass
 
     # -- balancing -----------------------------------------------------------------------
     def migrate(self, request, src: NodeState, dst: NodeState) -> bool:
