@@ -22,8 +22,8 @@ Protocol (who may touch what, when):
   scans the node: the count runs only on the way to sleep, over queue lengths that only
   their owners grow.
 * "Needs another thread": the pusher's own next task does not (it runs it itself, step
-  1); a second queued task, or a task pushed by a non-worker or another node's worker,
-  does.
+  1); a second queued task (in its immediate list or the deferred list of the request
+  it runs), or a task pushed by a non-worker or another node's worker, does.
 * A sleeper is woken by the one thread that popped it from ``idle``: it released the
   sleeper's binary semaphore exactly once.
 """

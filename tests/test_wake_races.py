@@ -102,3 +102,22 @@ def test_wake_one_and_wake_all_every_preemption_release_each_sleeper_once():
             return fired
 
         assert every_point(case) > 3
+
+
+@pytest.mark.parametrize("second", ["immediate", "deferred"])
+def test_a_running_worker_with_two_tasks_queued_leaves_no_thread_asleep(second):
+    """node.py's rule: the pusher's own next task needs no other thread, a second queued
+    task does. A run that wakes a blocked sender (a deferred task: nobody woken, the
+    pusher takes it next) and then sends a packet, or wakes a second blocked sender,
+    has queued two tasks: one must wake the sleeper. (Before: the deferred task was not
+    counted, and w1 slept while w0 had both to run, one after the other.)"""
+    p, node, w0, w1, r = node_of_two()
+    w0.last_req = r  # w0 is running a task of r (run_task sets it)
+    assert p.try_sleep(w1)
+    p.push_deferred(r, Op(r, "sender"), w0)
+    assert w1.park.releases == 0  # one task: w0 runs it next
+    if second == "immediate":
+        p.push_immediate(w0, Op(r, "receiver"))
+    else:
+        p.push_deferred(r, Op(r, "other sender"), w0)
+    assert w1.park.releases == 1 and node.idle == []

@@ -89,11 +89,12 @@ class BoboxPolicy(Policy):
         imm.append(op)
         # The pusher's only queued task needs nobody: the pusher runs it next (step 1,
         # Tokio's LIFO slot). With more queued, the node has more tasks than this running
-        # thread: wake a sleeper, if any (node.py: lock-free wake, no scan).
-        if len(imm) > 1:
-            node = worker.node
-            if node.idle:
-                node.wake_one()
+        # thread: wake a sleeper, if any (node.py: lock-free wake, no scan). "More"
+        # includes a deferred task of the request being run (push_deferred left it to
+        # this worker: a run that woke a blocked sender, then sends).
+        node = worker.node
+        if node.idle and (len(imm) > 1 or (worker.last_req is not None and worker.last_req.deferred)):
+            node.wake_one()
 
     def push_deferred(self, request, op, worker) -> None:
         nodes = request.nodes
@@ -108,9 +109,10 @@ class BoboxPolicy(Policy):
             node = nodes[k % len(nodes)]
             request.deferred.append((op, node))
         # A worker of this node with nothing else queued takes the task itself (it looks
-        # at its request's deferred list right after its own list); anyone else, or a
-        # busy worker, wakes a sleeper.
-        if node.idle and (worker is None or worker.node is not node or worker.imm):
+        # at its request's deferred list right after its own list); anyone else, a busy
+        # worker, or a second deferred task (a run that woke two blocked senders) wakes
+        # a sleeper.
+        if node.idle and (worker is None or worker.node is not node or worker.imm or len(request.deferred) > 1):
             node.wake_one()
         if request.nodes is not nodes:
             # Migrated, shared or ended between our read and our append: the node now
