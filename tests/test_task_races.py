@@ -578,3 +578,42 @@ def test_channel_every_preemption_wakes_its_source():
         assert world.ops[-1].got == list(range(n)), f"{where}: got {world.ops[-1].got}"
 
     assert explore(lambda: ChannelWorld(n, batch=2), check, parties=ChannelWorld.task_and_put) > 100
+
+
+class CancelWorld(World):
+    """A chain whose request is cancelled from outside: Request._end's part that touches
+    operators (buffers and waiter lists cleared; outboxes are left to the thread that runs
+    the operator next), then every task left runs and is dropped."""
+
+    def cancel(self):
+        req = self.req
+        req.state = "cancelled"
+        for op in self.ops:
+            for q in op._bx_inq:
+                q.clear()
+            op._bx_waiters.clear()
+
+    def task_and_cancel(self):
+        op = self.policy.pop()
+        if op is None:
+            return None
+        return (op.name, lambda: self.policy.run(self.w1, op)), ("cancel", self.cancel)
+
+
+def test_cancel_every_preemption_drops_every_task():
+    """A cancel at any bytecode of a run: no exception leaves run_task (the worker would
+    report it), every task left is dropped, and the operators that still had a task keep
+    nothing queued (the thread that drops a task clears its outbox and buffers)."""
+
+    def check(world, where):
+        assert not world.policy.pending, where
+        for op in world.ops:
+            if op._bx_finished:
+                assert not op._bx_outbox and not any(op._bx_inq), f"{where}: {op.name} dropped but holds packets"
+        # an operator that ran into the cleared buffer may fail the (already ended)
+        # request: Request.fail is then a no-op; nothing else may fail it
+        for exc, op in world.req.failed:
+            assert isinstance(exc, IndexError), f"{where}: {op.name} failed with {exc!r}"
+
+    assert explore(lambda: CancelWorld.chain([Emit(4), Forward(), Collect()]), check,
+                   parties=CancelWorld.task_and_cancel) > 100
