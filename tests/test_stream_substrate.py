@@ -315,6 +315,52 @@ def test_unbounded_source_ends_by_cancel_and_its_producer_is_told(policy):
     assert not t.is_alive() and errors and "ended" in errors[0]
 
 
+class Keep(StreamOperator):
+    """A sink that keeps a pooled copy of every packet (operator state)."""
+
+    outputs = ()
+
+    def __init__(self):
+        self.kept = []
+
+    def on_packet(self, ctx, port, pkt):
+        out = ctx.new_packet({"x": np.int64}, pkt.nrows)
+        out["x"][:] = pkt["x"]
+        self.kept.append(out)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cancelled_channel_request_releases_its_operators_while_the_channel_lives(policy):
+    """The channel (held by its producer, and by the plan) referred to the source
+    operator, and through its edges to every operator downstream: a cancelled request's
+    operator state stayed alive as long as the channel did. It must be released at the
+    end like any request's, and the channel still tells put() that its reader ended."""
+    import gc
+
+    ch = StreamChannel(capacity=None)
+    plan = Plan("kept")
+    plan.add("src", QueueSource, ch)
+    plan.add("keep", Keep)
+    plan.chain("src", "keep")
+    with sched(policy) as s:
+        h = s.submit(plan)
+        for i in range(5):
+            ch.put({"x": np.arange(1000, dtype=np.int64) + i})
+        deadline = time.monotonic() + 60
+        while h._request.bytes.packets < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert h._request.bytes.packets == 5
+        assert h.cancel()
+        account = h._request.bytes
+        deadline = time.monotonic() + 60
+        while account.held and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
+        assert account.held == 0, "the cancelled request's operators are still alive"
+        with pytest.raises(RuntimeError, match="ended"):
+            ch.put({"x": np.arange(3)})
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_rate_paced_generator_holds_no_worker(policy):
     """A paced source waits on the timer thread: with ONE worker, a CPU request submitted

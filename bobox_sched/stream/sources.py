@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 
 import numpy as np
@@ -48,7 +49,11 @@ class StreamChannel:
         self._items: deque = deque()
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
-        self._consumer = None  # the bound QueueSource operator (runtime instance)
+        # The bound QueueSource operator (runtime instance), held weakly: the producer
+        # and the plan keep the channel alive, and a strong reference would keep the
+        # source, and through its edges every operator downstream, alive after the
+        # request ended. A dead reference means the reading request has ended.
+        self._consumer = None  # weakref.ref to the operator, or None while unbound
         self._worker_wake = None  # task.schedule, bound lazily (avoids an import cycle)
 
     def put(self, item, timeout: float | None = None) -> None:
@@ -72,7 +77,7 @@ class StreamChannel:
                     self._check_open()
             self._items.append(item)
             consumer = self._consumer
-        self._wake(consumer)
+        self._wake(consumer() if consumer is not None else None)
 
     def close(self) -> None:
         """End of stream: the source closes its outputs once every item before was sent."""
@@ -83,14 +88,19 @@ class StreamChannel:
             self._items.append(_CLOSE)
             consumer = self._consumer
             self._cond.notify_all()
-        self._wake(consumer)
+        self._wake(consumer() if consumer is not None else None)
 
     def _check_open(self) -> None:
         """Raise if nothing will ever read what is put (lock held)."""
         if self._closed:
             raise RuntimeError("put() on a closed channel")
-        op = self._consumer
-        if op is not None and op._bx_req.state is not op._bx_req.ACTIVE:
+        ref = self._consumer
+        if ref is None:
+            return
+        op = ref()
+        if op is None:
+            raise RuntimeError("the request reading this channel has ended")
+        if op._bx_req.state is not op._bx_req.ACTIVE:
             raise RuntimeError(f"the request reading this channel has ended ({op._bx_req.state})")
 
     @property
@@ -110,13 +120,16 @@ class StreamChannel:
     # -- consumer side (the QueueSource, on a worker) ------------------------------------
     def _bind(self, op) -> None:
         with self._cond:
-            if self._consumer is not None and self._consumer is not op:
+            bound = self._consumer() if self._consumer is not None else None
+            if bound is not None and bound is not op:
                 raise RuntimeError("this channel already feeds another request's source")
-            self._consumer = op
+            if self._consumer is not None and bound is None:
+                raise RuntimeError("this channel fed a request that has ended")
+            self._consumer = weakref.ref(op)
 
     def _unbind(self, op) -> None:
         with self._cond:
-            if self._consumer is op:
+            if self._consumer is not None and self._consumer() is op:
                 self._consumer = None
                 self._cond.notify_all()
 
