@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
     loc.add_argument("--requests", type=int, default=16)
     loc.add_argument("--packets", type=int, default=64)
     loc.add_argument("--every", type=int, default=1, help="sample every N-th consumed packet")
-    qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling")
+    qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling, serial "
+                        "fraction, the mix on DuckDB")
     qs.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
     qs.add_argument("--data", metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
     qs.add_argument("--sf", type=float, help="scale factor to generate if missing (default 0.1)")
@@ -94,6 +95,14 @@ def run(args) -> int:
         print(f"concurrent mix of {r['mix_requests']} requests: 1 worker {r['mix_t1_s']} s, {r['workers']} workers "
               f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core); "
               f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
+        if r["serial_fraction"] is not None:
+            print(f"serial fraction {r['serial_fraction']:.3f} on 1 worker ({r['serial_fraction_all']:.3f} on "
+                  f"{r['workers']}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
+                  f"{r['predicted_speedup_16']:.1f}x on 16, {r['predicted_speedup_64']:.1f}x on 64; the {r['workers']} "
+                  f"workers used {r['mix_tall_cores_used']:.2f} cores and waited {r['mix_tall_cpu_wait_s']:.2f} s for a "
+                  f"CPU")
+        print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
+              f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}")
     elif args.bench == "idle":
         _positive(args, "seconds")
         r = bench_idle(args.seconds, args.policy)

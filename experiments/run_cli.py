@@ -59,6 +59,9 @@ def run(args) -> int:
 
     from .workload import build_plans, choose_parallel, ensure_data, format_table, run_mix, write_results
 
+    from operators import released
+
+    released.enable()  # serial fraction: time with the GIL released, per worker
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
     with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:
         requests = len(queries) * args.concurrency * args.repeat

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from operators.released import predicted_speedup, serial_fraction
 from operators.tpch_sql import compare_tables
 
 DEFAULT_SF = 0.1
@@ -71,6 +72,7 @@ class RunResult:
                 "max_s": round(max(lat), 5),
             }
         st = self.stats
+        serial = serial_fraction(st.get("busy_s", 0.0), st.get("released_s", 0.0))
         return {
             "wall_s": round(self.wall_s, 4),
             "requests": self.n_requests,
@@ -89,9 +91,28 @@ class RunResult:
                 "shares": st.get("shares"),
                 "packets": st.get("packets"),
                 "peak_bytes_held": st.get("peak_bytes_held"),
+                "busy_s": _round(st.get("busy_s"), 4),
+                "released_s": _round(st.get("released_s"), 4),
             },
+            # the share of task time spent holding the GIL, and what Amdahl's law makes of
+            # it (operators.released; None unless its timing was on)
+            "serial_fraction": _round(serial, 4),
+            "predicted_speedup_16": _round(predicted_speedup(serial, 16), 2),
+            "predicted_speedup_64": _round(predicted_speedup(serial, 64), 2),
+            "peak_rss_bytes": peak_rss_bytes(),
             "mismatches": self.mismatches,
         }
+
+
+def _round(x, digits):
+    return None if x is None else round(x, digits)
+
+
+def peak_rss_bytes() -> int:
+    """The most resident memory this process has had so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def choose_parallel(requests: int, workers: int) -> int:
@@ -155,7 +176,8 @@ def _same(a: pa.Table, b: pa.Table) -> bool:
 
 def _diff_stats(before: dict, after: dict) -> dict:
     out = dict(after)
-    for k in ("tasks", "steals", "sleeps", "wakeups", "migrations", "shares", "packets", "bytes_allocated"):
+    for k in ("tasks", "steals", "sleeps", "wakeups", "migrations", "shares", "packets", "bytes_allocated", "busy_s",
+              "released_s"):
         out[k] = after.get(k, 0) - before.get(k, 0)
     out["steps"] = {k: after["steps"][k] - before["steps"].get(k, 0) for k in after["steps"]}
     out["peak_bytes_held"] = after["peak_bytes_held"]
@@ -179,6 +201,11 @@ def format_table(res: RunResult) -> str:
     lines.append(f"tasks {sc['tasks']}, steals {sc['steals']}, wake-ups {sc['wakeups']}, migrations "
                  f"{sc['migrations']}, shares {sc['shares']}, packets {sc['packets']}, peak held "
                  f"{sc['peak_bytes_held'] / 2**20:.1f} MiB")
+    if s["serial_fraction"] is not None:
+        lines.append(f"serial fraction {s['serial_fraction']:.3f} (GIL held in {100 * s['serial_fraction']:.1f}% of "
+                     f"{sc['busy_s']:.2f} s in tasks): Amdahl speedup {s['predicted_speedup_16']:.1f}x on 16 workers, "
+                     f"{s['predicted_speedup_64']:.1f}x on 64")
+    lines.append(f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB")
     if s["mismatches"]:
         lines.append(f"WARNING: copies of {', '.join(s['mismatches'])} gave different answers")
     return "\n".join(lines)

@@ -14,9 +14,10 @@ import pyarrow as pa
 
 from bobox_sched import Operator, Source, StreamOperator
 
-from . import codegen
-from . import kernels as K
+from . import codegen, kernels, released
 from .expr import Col, Compiled, Expr, Field, Schema
+
+K = released.timed_namespace(kernels)  # every kernel call counts as GIL-released time
 
 # ------------------------------------------------------------------------------------
 # helpers
