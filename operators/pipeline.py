@@ -115,6 +115,7 @@ class Program:
         if source[0] == "table" and source[5] is not None:
             steps.insert(0, ("filter", schema, source[5]))
         self._probes = [s for s in stages if s[0] == "probe"]
+        self._bitmaps: list[bool] = []  # per probe level: tested against a key bitmap
         self._steps = steps
         self._body(g, lines, 0, 2, env, schema)
         body = "\n".join(lines)
@@ -131,6 +132,8 @@ class Program:
         sig = [f"s{k}" for k in self.src_cols] + ["n", "st"]
         for lvl in range(len(self._probes)):
             sig += [f"bk{lvl}", f"hd{lvl}", f"nx{lvl}"] + [f"b{lvl}_{k}" for k, _ in self.build_cols[lvl]]
+            if self._bitmaps[lvl]:
+                sig += [f"bm{lvl}", f"lo{lvl}", f"nb{lvl}"]
         sig += [f"p{k}" for k in range(len(self.params))]
         head = ["    i = st[0]", "    res = st[1] != 0"]
         for lvl in range(len(self._probes)):
@@ -195,37 +198,46 @@ def kernel({", ".join(sig)}):
             k = f"k{lvl}_{c}"
             lines.append(f"{pad}{k} = np.int64({g.expr(pk.expr, join.probe_schema, env)})")
             keys.append(k)
-        lines.append(f"{pad}h = {_SEED}")
-        for k in keys:
-            lines.append(f"{pad}h = _mix(h, np.uint64({k}))")
         j = f"j{lvl}"
+        f = f"f{lvl}"
         eq = " and ".join(f"bk{lvl}[{c}, {j}] == {k}" for c, k in enumerate(keys))
         new = {o: env[s] for o, s in join.probe_out}
+        if join.join_kind != "inner":
+            lines.append(f"{pad}{f} = False")
+        ip = pad  # the probe itself, under the bitmap test if there is one
+        self._bitmaps.append(len(keys) == 1)
+        if len(keys) == 1:
+            # the build side's key bitmap first, when it has one (nb < 0: none)
+            lines.append(f"{pad}kd{lvl} = {keys[0]} - lo{lvl}")
+            lines.append(f"{pad}if nb{lvl} < 0 or (kd{lvl} >= 0 and kd{lvl} < nb{lvl} and "
+                         f"(bm{lvl}[kd{lvl} >> 6] >> np.uint64(kd{lvl} & 63)) & np.uint64(1) != 0):")
+            ip = pad + "    "
+        lines.append(f"{ip}h = {_SEED}")
+        for k in keys:
+            lines.append(f"{ip}h = _mix(h, np.uint64({k}))")
         if join.join_kind == "inner":
             slot = self._inner
             self._inner += 1
-            lines.append(f"{pad}if res:")
-            lines.append(f"{pad}    {j} = st[{2 + slot}]")
-            lines.append(f"{pad}else:")
-            lines.append(f"{pad}    {j} = hd{lvl}[np.int64(h & msk{lvl})]")
+            lines.append(f"{ip}if res:")
+            lines.append(f"{ip}    {j} = st[{2 + slot}]")
+            lines.append(f"{ip}else:")
+            lines.append(f"{ip}    {j} = hd{lvl}[np.int64(h & msk{lvl})]")
             if slot == self._nlevels - 1:
-                lines.append(f"{pad}res = False")
-            lines.append(f"{pad}while {j} != -1:")
-            lines.append(f"{pad}    if {eq}:")
+                lines.append(f"{ip}res = False")
+            lines.append(f"{ip}while {j} != -1:")
+            lines.append(f"{ip}    if {eq}:")
             names = sorted({s for _, s in join.build_out})
             for o, s in join.build_out:
                 new[o] = f"b{lvl}_{names.index(s)}[{j}]"
-            self._body(g, lines, idx + 1, depth + 2, new, join.schema)
-            lines.append(f"{pad}    {j} = nx{lvl}[{j}]")
+            self._body(g, lines, idx + 1, len(ip) // 4 + 2, new, join.schema)
+            lines.append(f"{ip}    {j} = nx{lvl}[{j}]")
             return
-        f = f"f{lvl}"
-        lines.append(f"{pad}{f} = False")
-        lines.append(f"{pad}{j} = hd{lvl}[np.int64(h & msk{lvl})]")
-        lines.append(f"{pad}while {j} != -1:")
-        lines.append(f"{pad}    if {eq}:")
-        lines.append(f"{pad}        {f} = True")
-        lines.append(f"{pad}        break")
-        lines.append(f"{pad}    {j} = nx{lvl}[{j}]")
+        lines.append(f"{ip}{j} = hd{lvl}[np.int64(h & msk{lvl})]")
+        lines.append(f"{ip}while {j} != -1:")
+        lines.append(f"{ip}    if {eq}:")
+        lines.append(f"{ip}        {f} = True")
+        lines.append(f"{ip}        break")
+        lines.append(f"{ip}    {j} = nx{lvl}[{j}]")
         lines.append(f"{pad}if {'' if join.join_kind == 'semi' else 'not '}{f}:")
         return self._body(g, lines, idx + 1, depth + 1, new, join.schema)
 
@@ -353,9 +365,12 @@ class Pipeline(Operator):
     def _prepare(self) -> None:
         p = self.program
         fixed = []
-        for join, cols in zip(self.joins, p.build_cols):
+        for join, cols, bitmap in zip(self.joins, p.build_cols, p._bitmaps):
             join._build()
             fixed += [join._bk, join._heads, join._nxt] + [join._bvals[name] for _, name in cols]
+            if bitmap:
+                lo, nbits, bits = join._bits
+                fixed += [bits, lo, nbits]
         self._fixed = fixed + list(p.params)
         self._built = True
 

@@ -166,3 +166,23 @@ def test_pipeline_kernel_resumes_inside_join_chains():
     assert got.column("x").to_pylist() == want_x
     assert got.column("y").to_pylist() == want_y
     assert got.column("z").to_pylist() == [x + y for x, y in zip(want_x, want_y)]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), max_size=50), st.integers(1, 2**41), st.booleans())
+def test_key_bitmap_marks_exactly_the_present_keys(keys, max_bits, narrow):
+    from operators import kernels
+
+    if narrow:  # keys close together, so a bitmap is usually built
+        keys = [k % 1000 for k in keys]
+    km = np.array([keys], np.int64).reshape(1, len(keys))
+    lo, nbits, bits = kernels.key_bitmap(km, max_bits)
+    if not keys or max(keys) - min(keys) >= max_bits:
+        assert nbits == -1
+        return
+    assert lo == min(keys) and nbits == max(keys) - min(keys) + 1
+    present = {k - lo for k in keys}
+    for d in range(0, nbits, max(1, nbits // 500)):
+        assert bool((int(bits[d >> 6]) >> (d & 63)) & 1) == (d in present)
+    for d in present:
+        assert (int(bits[d >> 6]) >> (d & 63)) & 1
