@@ -337,41 +337,23 @@ def _geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
-def _schedstat(sched: Scheduler) -> tuple[float, float]:
-    """(seconds on a CPU, seconds runnable but waiting for one) summed over the workers'
-    threads, from /proc/self/task/<tid>/schedstat; (0, 0) where the kernel lacks it.
-    Waiting for a CPU is time other processes took: on a shared machine it, not the
-    GIL, is what keeps N workers from N-fold speed."""
-    cpu = wait = 0
-    for w in sched.workers:
-        try:
-            with open(f"/proc/self/task/{w.thread.native_id}/schedstat") as f:
-                a, b, _ = f.read().split()
-        except (OSError, ValueError):
-            continue
-        cpu += int(a)
-        wait += int(b)
-    return cpu / 1e9, wait / 1e9
-
-
 def _timed_mix(sched: Scheduler, plans: dict, copies: int, rounds: int) -> dict:
     """The fastest of `rounds` concurrent mixes, with what its workers did meanwhile:
-    time in tasks and with the GIL released (the serial fraction), CPU time obtained and
-    time spent waiting for a CPU."""
+    time in tasks and with the GIL released (the serial fraction, from wall and from
+    CPU time), CPU time obtained and time spent waiting for a CPU."""
     from operators.released import serial_fraction
 
     from .workload import run_mix
 
     best = None
     for _ in range(rounds):
-        c0, q0 = _schedstat(sched)
-        res = run_mix(sched, plans, copies)
-        c1, q1 = _schedstat(sched)
-        st = res.stats
-        if best is None or res.wall_s < best["wall_s"]:
-            best = {"wall_s": res.wall_s, "busy_s": st["busy_s"], "released_s": st["released_s"],
-                    "serial_fraction": serial_fraction(st["busy_s"], st["released_s"]),
-                    "cpu_s": c1 - c0, "cpu_wait_s": q1 - q0}
+        st = run_mix(sched, plans, copies)
+        s = st.stats
+        if best is None or st.wall_s < best["wall_s"]:
+            best = {"wall_s": st.wall_s, "busy_s": s["busy_s"], "released_s": s["released_s"],
+                    "serial_fraction": serial_fraction(s["busy_s"], s["released_s"]),
+                    "serial_fraction_cpu": serial_fraction(s["cpu_s"], s["released_cpu_s"]),
+                    "cpu_s": s["cpu_s"], "cpu_wait_s": s["cpu_wait_s"]}
     return best
 
 
@@ -496,11 +478,15 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
         # as serial there), and the prediction from the first
         "serial_fraction": _r(serial, 4),
         "serial_fraction_all": _r(ma["serial_fraction"], 4),
+        "serial_fraction_cpu": _r(m1["serial_fraction_cpu"], 4),
+        "serial_fraction_cpu_all": _r(ma["serial_fraction_cpu"], 4),
         "predicted_speedup_2": _r(released.predicted_speedup(serial, 2), 3),
         "predicted_speedup_16": _r(released.predicted_speedup(serial, 16), 2),
         "predicted_speedup_64": _r(released.predicted_speedup(serial, 64), 2),
-        # what the workers got from the machine during the all-workers mix: CPU seconds,
-        # and seconds they were runnable but other processes had the CPUs
+        # what the workers got from the machine during the mixes: CPU seconds, and
+        # seconds they were runnable but other processes had the CPUs
+        "mix_t1_cpu_s": round(m1["cpu_s"], 3),
+        "mix_t1_cpu_wait_s": round(m1["cpu_wait_s"], 3),
         "mix_tall_cpu_s": round(ma["cpu_s"], 3),
         "mix_tall_cpu_wait_s": round(ma["cpu_wait_s"], 3),
         "mix_tall_cores_used": round(ma["cpu_s"] / ta, 3) if ta else None,

@@ -97,7 +97,8 @@ def run(args) -> int:
               f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
         if r["serial_fraction"] is not None:
             print(f"serial fraction {r['serial_fraction']:.3f} on 1 worker ({r['serial_fraction_all']:.3f} on "
-                  f"{r['workers']}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
+                  f"{r['workers']}; from CPU time {r['serial_fraction_cpu']:.3f} and "
+                  f"{r['serial_fraction_cpu_all']:.3f}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
                   f"{r['predicted_speedup_16']:.1f}x on 16, {r['predicted_speedup_64']:.1f}x on 64; the {r['workers']} "
                   f"workers used {r['mix_tall_cores_used']:.2f} cores and waited {r['mix_tall_cpu_wait_s']:.2f} s for a "
                   f"CPU")

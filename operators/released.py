@@ -32,6 +32,7 @@ building, tests calling kernels directly) are timed but counted nowhere.
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 from functools import wraps
@@ -64,10 +65,9 @@ def timed(fn):
         if not _on:
             return fn(*args)
         t0 = _clock()
+        c0 = _cpu()
         out = fn(*args)
-        w = current_worker()
-        if w is not None:
-            w.released_ns += _clock() - t0
+        _count(t0, c0)
         return out
 
     call.__wrapped__ = fn
@@ -80,11 +80,47 @@ def call(fn, *args, **kwargs):
     if not _on:
         return fn(*args, **kwargs)
     t0 = _clock()
+    c0 = _cpu()
     out = fn(*args, **kwargs)
+    _count(t0, c0)
+    return out
+
+
+def _count(t0: int, c0: int) -> None:
+    c1 = _cpu()
+    t1 = _clock()
     w = current_worker()
     if w is not None:
-        w.released_ns += _clock() - t0
-    return out
+        w.released_ns += t1 - t0
+        slot = getattr(_tls, "cpu", None)
+        if slot is None:
+            slot = _register()
+        slot[0] += c1 - c0
+
+
+# CPU time in released calls, per thread. Wall time (the worker's released_ns) also
+# counts the time a thread was runnable but another process had its CPU; on a shared,
+# oversubscribed machine that time lands wherever the thread happened to be, so the
+# serial fraction is also computed from CPU time (``thread CPU - released CPU``), which
+# only this thread's own work makes. Each thread writes only its own slot; the registry
+# (native thread id -> slot) takes a lock once per thread, at its first timed call.
+_cpu = time.thread_time_ns
+_tls = threading.local()
+_slots: dict[int, list] = {}
+_slots_lock = threading.Lock()
+
+
+def _register() -> list:
+    slot = _tls.cpu = [0]
+    with _slots_lock:
+        _slots[threading.get_native_id()] = slot
+    return slot
+
+
+def released_cpu_ns(native_id: int) -> int:
+    """CPU nanoseconds the thread `native_id` spent in timed calls (0 if none)."""
+    slot = _slots.get(native_id)
+    return slot[0] if slot is not None else 0
 
 
 def timed_namespace(module) -> types.SimpleNamespace:

@@ -38,6 +38,8 @@ def test_summary_reports_serial_fraction_and_memory(tpch, timing):
         res = run_mix(s, build_plans(["q3", "q18"], tpch, 1), 2)
     sm = res.summary()
     assert 0 <= sm["serial_fraction"] < 1
+    assert 0 <= sm["serial_fraction_cpu"] < 1  # (Linux: schedstat gives the workers' CPU time)
+    assert 0 < sm["scheduler"]["released_cpu_s"] <= sm["scheduler"]["cpu_s"] + 0.01
     assert 1 <= sm["predicted_speedup_16"] <= sm["predicted_speedup_64"] <= 64
     assert sm["peak_rss_bytes"] > 50 * 2**20
 
@@ -64,6 +66,7 @@ def test_amdahl():
 def test_bench_queries_reports_serial_fraction_and_duckdb_mix(tpch):
     r = bench_queries(tpch, ["q1", "q6"], repeat=1, copies=1)
     assert 0 <= r["serial_fraction"] < 1 and 0 <= r["serial_fraction_all"] < 1
+    assert 0 <= r["serial_fraction_cpu"] < 1 and 0 <= r["serial_fraction_cpu_all"] < 1
     assert r["predicted_speedup_16"] >= 1 and r["predicted_speedup_64"] >= r["predicted_speedup_16"]
     assert r["duckdb_mix_s"] > 0 and math.isclose(r["duckdb_mix_ratio"], r["duckdb_mix_s"] / r["mix_tall_s"],
                                                   rel_tol=0.01)
