@@ -103,7 +103,8 @@ def run(args) -> int:
                   f"workers used {r['mix_tall_cores_used']:.2f} cores and waited {r['mix_tall_cpu_wait_s']:.2f} s for a "
                   f"CPU")
         print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
-              f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}")
+              f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}; CPU time: DuckDB {r['duckdb_mix_cpu_s']} s, "
+              f"bobox workers {r['mix_tall_cpu_s']} s")
     elif args.bench == "idle":
         _positive(args, "seconds")
         r = bench_idle(args.seconds, args.policy)
