@@ -385,14 +385,16 @@ def _duckdb_mix(con, queries: list[str], copies: int, threads: int) -> tuple[flo
 
 
 def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: str = "bobox",
-                  packet_bytes: int | None = None) -> dict:
+                  packet_bytes: int | None = None, cpu_time: bool = False) -> dict:
     """Per query: median time of this engine on 1 worker (parallel=1) and of DuckDB with
     one thread, on the same Parquet files, interleaved in one run. DuckDB is measured
     twice: reading the Parquet files (views) and on tables loaded in memory first, the
     like-for-like case for our in-memory table store. Then the concurrent mix (`copies`
     copies of every query at once) on 1 worker and on all workers: the scaling; the
     serial fraction measured in both (``operators.released``) with Amdahl's prediction;
-    and the same mix on DuckDB with all threads and one connection per request."""
+    and the same mix on DuckDB with all threads and one connection per request.
+    `cpu_time`: also count CPU time in GIL-releasing calls (``released.enable(cpu=True)``,
+    ~3 us per kernel call) for the serial fraction from CPU time."""
     import duckdb
     from operators import released, tpch
     from operators.data import find_tables
@@ -437,7 +439,7 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
                             "ratio": round(b / v, 3), "ratio_mem": round(b / m, 3)}
             _log(f"[queries] {q}: bobox {b * 1e3:.1f} ms, duckdb {v * 1e3:.1f} ms (in memory {m * 1e3:.1f} ms)")
     rounds = max(1, repeat // 2)
-    was = released.enable()
+    was = released.enable(True, cpu=cpu_time)
     try:
         # the concurrent mix on one worker ...
         with Scheduler(topology=one, policy=policy, packet_bytes=packet_bytes) as s1:

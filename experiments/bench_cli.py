@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     qs.add_argument("--repeat", type=int, default=5)
     qs.add_argument("--copies", type=int, default=4, help="copies of each query in the concurrent mix (default 4)")
     qs.add_argument("--packet-bytes", type=int, default=None)
+    qs.add_argument("--cpu-time", action="store_true",
+                    help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
+                    "kernel call: a few microseconds each)")
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=float, default=3.0)
     for q in (o, s, loc, qs, idle):
@@ -85,7 +88,7 @@ def run(args) -> int:
             raise BoboxError(f"unknown query {bad[0]!r} (known: {', '.join(tpch.QUERIES)})")
         data = ensure_data(args.data, args.sf)
         r = bench_queries(data, [q.lower() for q in args.queries] or None, args.repeat, args.copies, args.policy,
-                          args.packet_bytes)
+                          args.packet_bytes, cpu_time=args.cpu_time)
         print(f"{'query':<7}{'bobox ms':>10}{'duckdb ms':>11}{'ratio':>8}{'duckdb mem ms':>15}{'ratio':>8}")
         for q, x in r["queries"].items():
             print(f"{q:<7}{x['bobox_s'] * 1e3:>10.1f}{x['duckdb_s'] * 1e3:>11.1f}{x['ratio']:>8.2f}"
@@ -96,9 +99,10 @@ def run(args) -> int:
               f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core); "
               f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
         if r["serial_fraction"] is not None:
+            cpu = (f"; from CPU time {r['serial_fraction_cpu']:.3f} and {r['serial_fraction_cpu_all']:.3f}"
+                   if r["serial_fraction_cpu"] is not None else "")
             print(f"serial fraction {r['serial_fraction']:.3f} on 1 worker ({r['serial_fraction_all']:.3f} on "
-                  f"{r['workers']}; from CPU time {r['serial_fraction_cpu']:.3f} and "
-                  f"{r['serial_fraction_cpu_all']:.3f}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
+                  f"{r['workers']}{cpu}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
                   f"{r['predicted_speedup_16']:.1f}x on 16, {r['predicted_speedup_64']:.1f}x on 64; the {r['workers']} "
                   f"workers used {r['mix_tall_cores_used']:.2f} cores and waited {r['mix_tall_cpu_wait_s']:.2f} s for a "
                   f"CPU")

@@ -237,9 +237,11 @@ def format_table(res: RunResult) -> str:
         lines.append(f"serial fraction {s['serial_fraction']:.3f} (GIL held in {100 * s['serial_fraction']:.1f}% of "
                      f"{sc['busy_s']:.2f} s in tasks): Amdahl speedup {s['predicted_speedup_16']:.1f}x on 16 workers, "
                      f"{s['predicted_speedup_64']:.1f}x on 64")
-    if s["serial_fraction_cpu"] is not None:
-        lines.append(f"serial fraction from CPU time {s['serial_fraction_cpu']:.3f}; the workers ran {sc['cpu_s']:.2f} "
-                     f"CPU-s and waited {sc['cpu_wait_s']:.2f} s for a CPU held by other processes")
+    if sc["cpu_s"]:
+        cpu = s["serial_fraction_cpu"]
+        lines.append((f"serial fraction from CPU time {cpu:.3f}; " if cpu is not None else "")
+                     + f"the workers ran {sc['cpu_s']:.2f} CPU-s and waited {sc['cpu_wait_s']:.2f} s for a CPU held "
+                     "by other processes")
     lines.append(f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB")
     if s["mismatches"]:
         lines.append(f"WARNING: copies of {', '.join(s['mismatches'])} gave different answers")

@@ -31,9 +31,12 @@ def test_workers_count_released_time_only_while_on(tpch, timing):
         res = run_mix(s, plans, 2)
         assert res.stats["busy_s"] > 0 and res.stats["released_s"] == 0
         assert res.summary()["serial_fraction"] is None
+        released.enable(True)  # without cpu=True: no CPU time counted
+        assert run_mix(s, plans, 1).summary()["serial_fraction_cpu"] is None
 
 
 def test_summary_reports_serial_fraction_and_memory(tpch, timing):
+    released.enable(True, cpu=True)
     with Scheduler() as s:
         res = run_mix(s, build_plans(["q3", "q18"], tpch, 1), 2)
     sm = res.summary()
@@ -64,7 +67,7 @@ def test_amdahl():
 
 
 def test_bench_queries_reports_serial_fraction_and_duckdb_mix(tpch):
-    r = bench_queries(tpch, ["q1", "q6"], repeat=1, copies=1)
+    r = bench_queries(tpch, ["q1", "q6"], repeat=1, copies=1, cpu_time=True)
     assert 0 <= r["serial_fraction"] < 1 and 0 <= r["serial_fraction_all"] < 1
     assert 0 <= r["serial_fraction_cpu"] < 1 and 0 <= r["serial_fraction_cpu_all"] < 1
     assert r["predicted_speedup_16"] >= 1 and r["predicted_speedup_64"] >= r["predicted_speedup_16"]
