@@ -122,7 +122,7 @@ class _Columns:
 
     def add(self, pkt) -> None:
         for name in self.parts:
-            self.parts[name].append(np.array(pkt.columns[name]))
+            self.parts[name].append(released.call(np.array, pkt.columns[name]))  # (copies release the GIL)
         self.n += pkt.nrows
 
     def add_columns(self, cols: dict, n: int) -> None:
