@@ -262,9 +262,10 @@ class Scheduler:
             loc["pages"] += w.loc_pages
             loc["local_pages"] += w.loc_local
             key = w.node_id if w.node_id is not None else "any"
-            d = per_node.setdefault(key, {"node": key, "threads": 0, "busy_s": 0.0, "tasks": 0})
+            d = per_node.setdefault(key, {"node": key, "threads": 0, "busy_s": 0.0, "released_s": 0.0, "tasks": 0})
             d["threads"] += 1
             d["busy_s"] += w.busy_ns / 1e9
+            d["released_s"] += w.released_ns / 1e9
             d["tasks"] += w.tasks
         pstats = self.policy.stats()
         out = {
@@ -283,6 +284,11 @@ class Scheduler:
             "bytes_held": self.bytes.held,
             "peak_bytes_held": self.bytes.peak,
             "busy_per_node": list(per_node.values()),
+            # Time in tasks, and the part of it with the GIL released (counted only while
+            # the operators' timing is on: operators.released); 1 - released/busy is the
+            # serial fraction of Amdahl's law (None when nothing was counted).
+            "busy_s": sum(w.busy_ns for w in self.workers) / 1e9,
+            "released_s": sum(w.released_ns for w in self.workers) / 1e9,
             "locality": {**loc, "local_fraction": (loc["local_pages"] / loc["pages"]) if loc["pages"] else None},
             "pool": {
                 str(n): {"mapped": p.blocks_mapped, "reused": p.blocks_reused, "free_bytes": p.free_bytes}

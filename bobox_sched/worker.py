@@ -5,6 +5,13 @@ Fields are owned by the worker's own thread except where noted: the immediate li
 oldest end by thieves of the same node (``collections.deque`` makes each of those one
 atomic operation); ``park`` is the worker's binary semaphore, released by exactly one
 waker per sleep (the one that took the worker out of its node's idle list).
+
+``released_ns`` is the time this worker spent in calls that release the GIL (nogil
+kernels, large numpy copies), added by the operator library's timing wrappers while
+they are switched on (``operators.released``); like every metric here, only the
+worker's own thread writes it, so it needs no lock (with or without the GIL: one
+writer, and readers only sum snapshots). ``current_worker()`` lets such code, which has
+no context argument, find the worker of the thread it runs on.
 """
 
 from __future__ import annotations
@@ -18,6 +25,13 @@ from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, 
 from topology.memory import live_nodes
 
 from .operator import Context
+
+_current = threading.local()  # .worker: the Worker whose thread this is (set once, by it)
+
+
+def current_worker():
+    """The :class:`Worker` running on the calling thread, or None on any other thread."""
+    return getattr(_current, "worker", None)
 
 
 class Worker:
@@ -42,6 +56,7 @@ class Worker:
         self.sleeps = 0
         self.wakeups = 0
         self.busy_ns = 0
+        self.released_ns = 0  # part of busy_ns spent with the GIL released (module doc)
         self.loc_seen = 0  # packets taken (locality sampling counts them)
         self.loc_samples = 0
         self.loc_pages = 0
@@ -76,6 +91,7 @@ class Worker:
             self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}")
 
     def _main(self) -> None:
+        _current.worker = self
         self._bind_to_node()
         next_task = self.scheduler.policy.next_task
         run_task = self.scheduler.policy.run_task

@@ -337,15 +337,66 @@ def _geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
+def _timed_mix(sched: Scheduler, plans: dict, copies: int, rounds: int) -> dict:
+    """The fastest of `rounds` concurrent mixes, with what its workers did meanwhile:
+    time in tasks and with the GIL released (the serial fraction, from wall and from
+    CPU time), CPU time obtained and time spent waiting for a CPU."""
+    from operators.released import serial_fraction
+
+    from .workload import run_mix
+
+    best = None
+    for _ in range(rounds):
+        st = run_mix(sched, plans, copies)
+        s = st.stats
+        if best is None or st.wall_s < best["wall_s"]:
+            best = {"wall_s": st.wall_s, "busy_s": s["busy_s"], "released_s": s["released_s"],
+                    "serial_fraction": serial_fraction(s["busy_s"], s["released_s"]),
+                    "serial_fraction_cpu": serial_fraction(s["cpu_s"], s["released_cpu_s"]),
+                    "cpu_s": s["cpu_s"], "cpu_wait_s": s["cpu_wait_s"]}
+    return best
+
+
+def _duckdb_mix(con, queries: list[str], copies: int, threads: int) -> tuple[float, float]:
+    """`copies` copies of every query at once on DuckDB: one connection (a cursor of the
+    same in-memory database) and one client thread per request, `threads` DuckDB
+    threads; DuckDB releases the GIL while it executes. Returns (wall seconds, CPU
+    seconds of the whole process: DuckDB's threads run in it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from operators.tpch_sql import QUERIES as SQL
+
+    con.execute(f"SET threads={threads}")
+    jobs = [q for _ in range(copies) for q in queries]
+    cursors = [con.cursor() for _ in jobs]
+
+    def one(i):
+        return cursors[i].execute(SQL[jobs[i]]).fetchall()
+
+    with ThreadPoolExecutor(len(jobs)) as ex:
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        list(ex.map(one, range(len(jobs))))
+        t = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    for c in cursors:
+        c.close()
+    return t, cpu
+
+
 def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: str = "bobox",
-                  packet_bytes: int | None = None) -> dict:
+                  packet_bytes: int | None = None, cpu_time: bool = False) -> dict:
     """Per query: median time of this engine on 1 worker (parallel=1) and of DuckDB with
     one thread, on the same Parquet files, interleaved in one run. DuckDB is measured
     twice: reading the Parquet files (views) and on tables loaded in memory first, the
     like-for-like case for our in-memory table store. Then the concurrent mix (`copies`
-    copies of every query at once) on 1 worker and on all workers: the scaling."""
+    copies of every query at once) on 1 worker and on all workers: the scaling; the
+    serial fraction measured in both (``operators.released``) with Amdahl's prediction;
+    and the same mix on DuckDB with all threads and one connection per request.
+    `cpu_time`: also count CPU time in GIL-releasing calls (``released.enable(cpu=True)``,
+    ~3 us per kernel call) for the serial fraction from CPU time."""
     import duckdb
-    from operators import tpch
+    from operators import released, tpch
     from operators.data import find_tables
     from operators.tpch_sql import QUERIES as SQL
     from operators.tpch_sql import compare_tables, duckdb_answer
@@ -387,21 +438,33 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
             per_query[q] = {"bobox_s": round(b, 5), "duckdb_s": round(v, 5), "duckdb_mem_s": round(m, 5),
                             "ratio": round(b / v, 3), "ratio_mem": round(b / m, 3)}
             _log(f"[queries] {q}: bobox {b * 1e3:.1f} ms, duckdb {v * 1e3:.1f} ms (in memory {m * 1e3:.1f} ms)")
+    rounds = max(1, repeat // 2)
+    was = released.enable(True, cpu=cpu_time)
+    try:
         # the concurrent mix on one worker ...
-        run_mix(s1, plans1, 1)
-        t1 = min(run_mix(s1, plans1, copies).wall_s for _ in range(max(1, repeat // 2)))
-    # ... and on all workers, with the same plans: the mix is parallel by itself (many
-    # requests at once), so this measures the scheduler's scaling; decomposing each
-    # query (parallel=workers) on top is reported separately.
-    with Scheduler(topology=topo, policy=policy, packet_bytes=packet_bytes) as sa:
-        workers = len(sa.workers)
-        run_mix(sa, plans1, 1)
-        ta = min(run_mix(sa, plans1, copies).wall_s for _ in range(max(1, repeat // 2)))
-        plans_k = build_plans(queries, data, workers)
-        run_mix(sa, plans_k, 1)
-        tk = min(run_mix(sa, plans_k, copies).wall_s for _ in range(max(1, repeat // 2)))
+        with Scheduler(topology=one, policy=policy, packet_bytes=packet_bytes) as s1:
+            run_mix(s1, plans1, 1)
+            m1 = _timed_mix(s1, plans1, copies, rounds)
+        # ... and on all workers, with the same plans: the mix is parallel by itself (many
+        # requests at once), so this measures the scheduler's scaling; decomposing each
+        # query (parallel=workers) on top is reported separately.
+        with Scheduler(topology=topo, policy=policy, packet_bytes=packet_bytes) as sa:
+            workers = len(sa.workers)
+            run_mix(sa, plans1, 1)
+            ma = _timed_mix(sa, plans1, copies, rounds)
+            plans_k = build_plans(queries, data, workers)
+            run_mix(sa, plans_k, 1)
+            tk = _timed_mix(sa, plans_k, copies, rounds)["wall_s"]
+    finally:
+        released.enable(was)
+    t1, ta = m1["wall_s"], ma["wall_s"]
+    _duckdb_mix(mem, queries, 1, workers)  # warm-up
+    td, tdc = min(_duckdb_mix(mem, queries, copies, workers) for _ in range(rounds))
+    views.close()
+    mem.close()
+    serial = m1["serial_fraction"]
     _log(f"[queries] mix of {copies}x{len(queries)} requests: 1 worker {t1:.3f} s, {workers} workers {ta:.3f} s "
-         f"(each query decomposed {workers} ways: {tk:.3f} s)")
+         f"(each query decomposed {workers} ways: {tk:.3f} s); DuckDB {workers} threads {td:.3f} s")
     return {
         "policy": policy,
         "data": str(data),
@@ -415,4 +478,31 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
         "mix_tall_decomposed_s": round(tk, 4),
         "scaling": round(t1 / ta, 3),
         "scaling_per_core": round(t1 / ta / workers, 3),
+        # the share of task time holding the GIL, on 1 worker (no waits for the GIL: the
+        # figure Amdahl's law wants) and on all workers (GIL waits outside kernels count
+        # as serial there), and the prediction from the first
+        "serial_fraction": _r(serial, 4),
+        "serial_fraction_all": _r(ma["serial_fraction"], 4),
+        "serial_fraction_cpu": _r(m1["serial_fraction_cpu"], 4),
+        "serial_fraction_cpu_all": _r(ma["serial_fraction_cpu"], 4),
+        "predicted_speedup_2": _r(released.predicted_speedup(serial, 2), 3),
+        "predicted_speedup_16": _r(released.predicted_speedup(serial, 16), 2),
+        "predicted_speedup_64": _r(released.predicted_speedup(serial, 64), 2),
+        # what the workers got from the machine during the mixes: CPU seconds, and
+        # seconds they were runnable but other processes had the CPUs
+        "mix_t1_cpu_s": round(m1["cpu_s"], 3),
+        "mix_t1_cpu_wait_s": round(m1["cpu_wait_s"], 3),
+        "mix_tall_cpu_s": round(ma["cpu_s"], 3),
+        "mix_tall_cpu_wait_s": round(ma["cpu_wait_s"], 3),
+        "mix_tall_cores_used": round(ma["cpu_s"] / ta, 3) if ta else None,
+        "duckdb_mix_s": round(td, 4),
+        "duckdb_mix_ratio": round(td / ta, 3),
+        # the CPU seconds each engine spent on the mix: comparable where wall times are
+        # not (a shared machine gives each run a different share of its CPUs)
+        "duckdb_mix_cpu_s": round(tdc, 3),
+        "duckdb_mix_cpu_ratio": round(tdc / ma["cpu_s"], 3) if ma["cpu_s"] else None,
     }
+
+
+def _r(x, digits):
+    return None if x is None else round(x, digits)

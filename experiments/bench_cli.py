@@ -34,7 +34,8 @@ def add_arguments(p) -> None:
     loc.add_argument("--requests", type=requests, default=16)
     loc.add_argument("--packets", type=packets, default=64)
     loc.add_argument("--every", type=packets, default=1, help="sample every N-th consumed packet")
-    qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling")
+    qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling, serial "
+                        "fraction, the mix on DuckDB")
     qs.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
     qs.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
     qs.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
@@ -42,6 +43,9 @@ def add_arguments(p) -> None:
     qs.add_argument("--copies", type=requests, default=4,
                     help="copies of each query in the concurrent mix (default 4)")
     qs.add_argument("--packet-bytes", type=byte_size(), default=None, help="packet size, e.g. 64K")
+    qs.add_argument("--cpu-time", action="store_true",
+                    help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
+                    "kernel call: a few microseconds each)")
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=real(L.MAX_SECONDS), default=3.0,
                       help=f"seconds to measure (default 3, at most {L.MAX_SECONDS:g})")
@@ -78,7 +82,7 @@ def run(args) -> int:
         data = ensure_data(args.data, args.sf)
         check_data(data)
         r = bench_queries(data, queries if args.queries else None, args.repeat, args.copies, args.policy,
-                          args.packet_bytes)
+                          args.packet_bytes, cpu_time=args.cpu_time)
         print(f"{'query':<7}{'bobox ms':>10}{'duckdb ms':>11}{'ratio':>8}{'duckdb mem ms':>15}{'ratio':>8}")
         for q, x in r["queries"].items():
             print(f"{q:<7}{x['bobox_s'] * 1e3:>10.1f}{x['duckdb_s'] * 1e3:>11.1f}{x['ratio']:>8.2f}"
@@ -88,6 +92,17 @@ def run(args) -> int:
         print(f"concurrent mix of {r['mix_requests']} requests: 1 worker {r['mix_t1_s']} s, {r['workers']} workers "
               f"{r['mix_tall_s']} s: scaling {r['scaling']:.2f} ({r['scaling_per_core']:.2f} per core); "
               f"queries decomposed {r['workers']} ways: {r['mix_tall_decomposed_s']} s")
+        if r["serial_fraction"] is not None:
+            cpu = (f"; from CPU time {r['serial_fraction_cpu']:.3f} and {r['serial_fraction_cpu_all']:.3f}"
+                   if r["serial_fraction_cpu"] is not None else "")
+            print(f"serial fraction {r['serial_fraction']:.3f} on 1 worker ({r['serial_fraction_all']:.3f} on "
+                  f"{r['workers']}{cpu}): Amdahl speedup {r['predicted_speedup_2']:.2f}x on 2 workers, "
+                  f"{r['predicted_speedup_16']:.1f}x on 16, {r['predicted_speedup_64']:.1f}x on 64; the {r['workers']} "
+                  f"workers used {r['mix_tall_cores_used']:.2f} cores and waited {r['mix_tall_cpu_wait_s']:.2f} s for a "
+                  f"CPU")
+        print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
+              f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}; CPU time: DuckDB {r['duckdb_mix_cpu_s']} s, "
+              f"bobox workers {r['mix_tall_cpu_s']} s")
     elif args.bench == "idle":
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "

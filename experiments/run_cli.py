@@ -83,6 +83,9 @@ def run(args) -> int:
 
     from .workload import build_plans, check_data, choose_parallel, ensure_data, format_table, run_mix, write_results
 
+    from operators import released
+
+    released.enable()  # serial fraction: time with the GIL released, per worker
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
     check_data(data)  # every column typed as TPC-H says, before any query runs
     with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:

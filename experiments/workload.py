@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from operators.released import predicted_speedup, serial_fraction
 from operators.tpch_sql import compare_tables
 
 DEFAULT_SF = 0.1
@@ -80,6 +81,7 @@ class RunResult:
                 "max_s": round(max(lat), 5),
             }
         st = self.stats
+        serial = serial_fraction(st.get("busy_s", 0.0), st.get("released_s", 0.0))
         return {
             "wall_s": round(self.wall_s, 4),
             "requests": self.n_requests,
@@ -98,9 +100,57 @@ class RunResult:
                 "shares": st.get("shares"),
                 "packets": st.get("packets"),
                 "peak_bytes_held": st.get("peak_bytes_held"),
+                "busy_s": _round(st.get("busy_s"), 4),
+                "released_s": _round(st.get("released_s"), 4),
+                "cpu_s": _round(st.get("cpu_s"), 4),
+                "cpu_wait_s": _round(st.get("cpu_wait_s"), 4),
+                "released_cpu_s": _round(st.get("released_cpu_s"), 4),
             },
+            # the share of task time spent holding the GIL, and what Amdahl's law makes of
+            # it (operators.released; None unless its timing was on)
+            "serial_fraction": _round(serial, 4),
+            # the same from CPU time (worker threads' CPU time, all of it, against their
+            # CPU time in GIL-releasing calls): what a thread preempted by another
+            # process does not inflate
+            "serial_fraction_cpu": _round(serial_fraction(st.get("cpu_s", 0.0), st.get("released_cpu_s", 0.0)), 4),
+            "predicted_speedup_16": _round(predicted_speedup(serial, 16), 2),
+            "predicted_speedup_64": _round(predicted_speedup(serial, 64), 2),
+            "peak_rss_bytes": peak_rss_bytes(),
             "mismatches": self.mismatches,
         }
+
+
+def _round(x, digits):
+    return None if x is None else round(x, digits)
+
+
+def peak_rss_bytes() -> int:
+    """The most resident memory this process has had so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker_cpu(sched) -> tuple[float, float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one, CPU seconds in
+    GIL-releasing calls) summed over the scheduler's worker threads. The first two come
+    from /proc/self/task/<tid>/schedstat (0 where the kernel lacks it): waiting for a
+    CPU is time other processes took, which on a shared machine, not the GIL, keeps N
+    workers from N-fold speed."""
+    from operators.released import released_cpu_ns
+
+    cpu = wait = rel = 0
+    for w in sched.workers:
+        tid = w.thread.native_id
+        rel += released_cpu_ns(tid)
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                a, b, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        cpu += int(a)
+        wait += int(b)
+    return cpu / 1e9, wait / 1e9, rel / 1e9
 
 
 def choose_parallel(requests: int, workers: int) -> int:
@@ -122,6 +172,7 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
     done, per request. Copies of one query must give the same answer (checked)."""
     sched.reset_peak()
     before = sched.stats()
+    cpu0 = worker_cpu(sched)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -149,7 +200,9 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
         elif check_equal and not _same(res.results[name], table) and name not in res.mismatches:
             res.mismatches.append(name)
     after = sched.stats()
+    cpu1 = worker_cpu(sched)
     res.stats = _diff_stats(before, after)
+    res.stats["cpu_s"], res.stats["cpu_wait_s"], res.stats["released_cpu_s"] = (b - a for a, b in zip(cpu0, cpu1))
     res.operators = {name: len(plan) for name, plan in plans.items()}
     return res
 
@@ -164,7 +217,8 @@ def _same(a: pa.Table, b: pa.Table) -> bool:
 
 def _diff_stats(before: dict, after: dict) -> dict:
     out = dict(after)
-    for k in ("tasks", "steals", "sleeps", "wakeups", "migrations", "shares", "packets", "bytes_allocated"):
+    for k in ("tasks", "steals", "sleeps", "wakeups", "migrations", "shares", "packets", "bytes_allocated", "busy_s",
+              "released_s"):
         out[k] = after.get(k, 0) - before.get(k, 0)
     out["steps"] = {k: after["steps"][k] - before["steps"].get(k, 0) for k in after["steps"]}
     out["peak_bytes_held"] = after["peak_bytes_held"]
@@ -188,6 +242,16 @@ def format_table(res: RunResult) -> str:
     lines.append(f"tasks {sc['tasks']}, steals {sc['steals']}, wake-ups {sc['wakeups']}, migrations "
                  f"{sc['migrations']}, shares {sc['shares']}, packets {sc['packets']}, peak held "
                  f"{sc['peak_bytes_held'] / 2**20:.1f} MiB")
+    if s["serial_fraction"] is not None:
+        lines.append(f"serial fraction {s['serial_fraction']:.3f} (GIL held in {100 * s['serial_fraction']:.1f}% of "
+                     f"{sc['busy_s']:.2f} s in tasks): Amdahl speedup {s['predicted_speedup_16']:.1f}x on 16 workers, "
+                     f"{s['predicted_speedup_64']:.1f}x on 64")
+    if sc["cpu_s"]:
+        cpu = s["serial_fraction_cpu"]
+        lines.append((f"serial fraction from CPU time {cpu:.3f}; " if cpu is not None else "")
+                     + f"the workers ran {sc['cpu_s']:.2f} CPU-s and waited {sc['cpu_wait_s']:.2f} s for a CPU held "
+                     "by other processes")
+    lines.append(f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB")
     if s["mismatches"]:
         lines.append(f"WARNING: copies of {', '.join(s['mismatches'])} gave different answers")
     return "\n".join(lines)

@@ -28,13 +28,22 @@ from .expr import Expr, Schema, as_expr
 
 
 class Query:
-    def __init__(self, data_dir, name: str = "query", parallel: int = 1):
+    """`fuse`: compile chains of row-wise operators between pipeline breakers into one
+    operator running one generated kernel per morsel (``operators.pipeline``); False
+    keeps one operator per step (the reference the fused plans are tested against)."""
+
+    def __init__(self, data_dir, name: str = "query", parallel: int = 1, fuse: bool = True):
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         self.data_dir = data_dir
         self.name = name
         self.parallel = parallel
+        self.fuse = fuse
         self.plan = Plan(name)
+        # what the pipeline pass rewrites: name -> (factory, args, kwargs, prototype), and
+        # (src, src port, dst, dst port) in the order connected
+        self.nodes: dict[str, tuple] = {}
+        self.edges: list[tuple[str, str, str, str]] = []
         self._counter: dict[str, int] = {}
         self._consumed: set = set()  # operator outputs already connected
         self.output_schema: Schema | None = None
@@ -47,7 +56,12 @@ class Query:
         name = f"{prefix}{k}"
         proto = factory(*args, **kwargs)
         self.plan.add(name, factory, *args, **kwargs)
+        self.nodes[name] = (factory, args, kwargs, proto)
         return name, proto
+
+    def _edge(self, src: str, src_port: str, dst: str, dst_port: str) -> None:
+        self.edges.append((src, src_port, dst, dst_port))
+        self.plan.connect(f"{src}.{src_port}", f"{dst}.{dst_port}")
 
     # -- sources ----------------------------------------------------------------------------
     def scan(self, table: str, columns: list[str], where: Expr | None = None,
@@ -115,6 +129,10 @@ class Query:
         name, _ = self._add("collect", O.Collect, s.schema, out)
         s._connect(s.parts[0], name, "in")
         self.output_schema = s.schema
+        if self.fuse:
+            from .pipeline import fuse
+
+            return fuse(self)
         return self.plan
 
 
@@ -132,7 +150,7 @@ class Stream:
         if src in self.q._consumed:
             raise ValueError(f"{src[0]}.{src[1]} is already consumed: use Stream.tee(n) to read a stream twice")
         self.q._consumed.add(src)
-        self.q.plan.connect(f"{src[0]}.{src[1]}", f"{dst_name}.{dst_port}")
+        self.q._edge(src[0], src[1], dst_name, dst_port)
 
     def tee(self, n: int) -> list["Stream"]:
         """`n` streams with the same rows (a broadcast per partition)."""
@@ -193,7 +211,7 @@ class Stream:
                 continue
             name, _ = self.q._add("union", O.Union, self.schema, len(splits))
             for i, s in enumerate(splits):
-                self.q.plan.connect(f"{s}.out{j}", f"{name}.in{i}")
+                self.q._edge(s, f"out{j}", name, f"in{i}")
             parts.append((name, "out"))
         return Stream(self.q, parts, self.schema)
 

@@ -74,6 +74,36 @@ def join_build(bkeys, cap):
 
 
 @njit(nogil=True, cache=True)
+def key_bitmap(keys, max_bits):
+    """A bitmap of the values of a single int64 key row ``keys[0, :]`` over [lo, hi]:
+    ``(lo, nbits, bits)``, bit ``k - lo`` set when key k is present; ``nbits == -1`` (no
+    bitmap) when the range needs more than `max_bits` bits, or there are no keys or
+    several key columns. Probes test the bit before hashing: most missing keys then cost
+    one access to a small array instead of a random access to the bucket array (HyPer
+    and DuckDB filter probes likewise, with Bloom filters and min/max ranges)."""
+    n = keys.shape[1]
+    empty = np.zeros(0, np.uint64)
+    if n == 0 or keys.shape[0] != 1:
+        return np.int64(0), np.int64(-1), empty
+    lo = keys[0, 0]
+    hi = keys[0, 0]
+    for i in range(n):
+        x = keys[0, i]
+        if x < lo:
+            lo = x
+        elif x > hi:
+            hi = x
+    if hi - lo >= max_bits or hi - lo < 0:  # (< 0: the difference overflowed)
+        return np.int64(0), np.int64(-1), empty
+    nbits = hi - lo + 1
+    bits = np.zeros((nbits + 63) >> 6, np.uint64)
+    for i in range(n):
+        d = keys[0, i] - lo
+        bits[d >> 6] |= np.uint64(1) << np.uint64(d & 63)
+    return lo, nbits, bits
+
+
+@njit(nogil=True, cache=True)
 def join_count(pkeys, bkeys, heads, nxt):
     """Number of matching build rows for every probe row."""
     m = pkeys.shape[1]

@@ -26,6 +26,8 @@ def test_run_writes_answers_and_metrics(tpch, tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["requests"] == 12 and set(summary["queries"]) == {"q1", "q6", "q18"}
     assert summary["scheduler"]["tasks"] > 0 and summary["mismatches"] == []
+    assert 0 <= summary["serial_fraction"] < 1 and summary["predicted_speedup_64"] >= summary["predicted_speedup_16"]
+    assert summary["peak_rss_bytes"] > 0 and "serial fraction" in r.stdout and "peak RSS" in r.stdout
     assert "tasks by locality step" in r.stdout and "q18" in r.stdout
 
 
