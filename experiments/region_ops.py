@@ -346,27 +346,30 @@ class Opaque(StreamOperator):
 
 class Concat2(Operator):
     """Fan-in: all rows of ``in0``, then all rows of ``in1`` (deterministic; punctuations
-    removed, as fan-in of punctuated streams is not punctuated)."""
+    removed, as fan-in of punctuated streams is not punctuated), keeping `columns`."""
 
     inputs = ("in0", "in1")
     outputs = ("out",)
     state = M.UNKNOWN
 
-    def __init__(self):
+    def __init__(self, columns=("x", "k", "k2")):
+        self.columns = tuple(columns)
         self.stash = []
-        self.done0 = False
+
+    def _keep(self, p):
+        return Packet({c: p.columns[c] for c in self.columns}, p.nrows, p.node)
 
     def process(self, ctx):
         while not ctx.blocked:
             p = ctx.recv("in0")
             if p is None:
                 break
-            ctx.send("out", p)
+            ctx.send("out", self._keep(p))
         while True:
             p = ctx.recv("in1")
             if p is None:
                 break
-            self.stash.append(p)
+            self.stash.append(self._keep(p))
         if ctx.at_eos("in0"):
             while self.stash and not ctx.blocked:
                 ctx.send("out", self.stash.pop(0))
@@ -403,6 +406,8 @@ class ArraySource(Source):
         self.columns = columns
         self.n = len(next(iter(columns.values())))
         self.sizes = list(sizes) or [1024]
+        if not any(self.sizes):
+            raise ValueError("ArraySource needs at least one positive packet size")
         self.puncts = [(min(int(r), self.n), p) for r, p in puncts]
         self.pos = 0
         self.i = 0

@@ -179,7 +179,7 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
                 overrides[a.index] if overrides[a.index] and LATTICE.index(overrides[a.index]) > LATTICE.index(STRICT)
                 else STRICT)
             for j in range(n):
-                new.add(f"{r.head}@shuffle{j}", MergerOperator, na, strat, True, check, "shuffle")
+                new.add(f"{r.head}@shuffle{j}", MergerOperator, na, strat, True, check, "shuffle", stats)
                 if place:
                     new.place(f"{r.head}@shuffle{j}", j)
             for i in range(na):
@@ -188,7 +188,7 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
                 if place:
                     new.place(f"{a.tail}@route{i}", i)
         if r.last_joint == RG.MERGE:
-            new.add(f"{r.tail}@merge", MergerOperator, n, exit_order[r.index], False, check, "merge")
+            new.add(f"{r.tail}@merge", MergerOperator, n, exit_order[r.index], False, check, "merge", stats)
 
     def exit_of(op, port):
         r = rp.region(op)

@@ -59,6 +59,7 @@ on one thread at a time; on Spark the driver's one thread feeds it); it holds no
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 import numpy as np
@@ -550,16 +551,26 @@ class MergerOperator(Operator):
     punct_in = M.EXPECTING
     punct_out = M.GENERATES
 
-    def __init__(self, n: int, strategy: str, keep_seq: bool = False, check: bool = True, label: str = "merger"):
+    def __init__(self, n: int, strategy: str, keep_seq: bool = False, check: bool = True, label: str = "merger",
+                 stats: dict | None = None):
         self.inputs = tuple(f"in{c}" for c in range(n))
         self.n = n
         self.strategy = strategy
         self.keep_seq = keep_seq
         self.check = check
         self.label = label
+        self.stats = stats
         self._m = None
+        self._seconds = 0.0
 
     def process(self, ctx):
+        t0 = time.perf_counter()
+        try:
+            self._process(ctx)
+        finally:
+            self._seconds += time.perf_counter() - t0
+
+    def _process(self, ctx):
         m = self._m
         if m is None:
             m = self._m = OrderedMerger(self.n, self.strategy, keep_seq=self.keep_seq, check=self.check,
@@ -583,8 +594,10 @@ class MergerOperator(Operator):
         if m.done:
             ctx.close()
             ctx.finish()
-            self.stats = {"peak_queued": m.peak_queued, "rows_in": m.rows_in, "rows_out": m.rows_out,
-                          "walks": m.walks}
+            if self.stats is not None:
+                self.stats[(ctx.request.id, self.name)] = {
+                    "strategy": m.strategy, "peak_queued": m.peak_queued, "rows_in": m.rows_in,
+                    "rows_out": m.rows_out, "walks": m.walks, "seconds": self._seconds}
 
 
 __all__ = [

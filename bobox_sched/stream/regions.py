@@ -330,7 +330,8 @@ class _Forming:
         info = self.infos[start]
         m = info.model
         key = frozenset(m.key) if m.key else None
-        F = _fwd_apply(("all", frozenset()), m)
+        # a parallel source's output is the region's entry: all its attributes count as forwarded
+        F = _fwd_apply(("all", frozenset()), m) if info.fan_in else ("all", frozenset())
         sel = M.SELECTIVITY_RANGE[m.selectivity] if info.fan_in else (1, 1)  # a parallel source: rows per row of its partition
         ops = [start]
         while True:
@@ -432,7 +433,8 @@ class _Forming:
         info = self.infos[ops[0]]
         m = info.model
         key = frozenset(m.key) if m.key else None
-        F = _fwd_apply(("all", frozenset()), m)
+        # a parallel source's output is the region's entry: all its attributes count as forwarded
+        F = _fwd_apply(("all", frozenset()), m) if info.fan_in else ("all", frozenset())
         sel = M.SELECTIVITY_RANGE[m.selectivity] if info.fan_in else (1, 1)  # a parallel source: rows per row of its partition
         for name in ops[1:]:
             sm = self.infos[name].model
