@@ -265,7 +265,9 @@ class OrderedMerger:
         self.alloc = alloc or _plain_alloc
         self.check = check
         self.name = name
-        self._code = _CODE.get(strategy, 0)
+        self.strategy_code = _CODE.get(strategy, 0)
+        self._oc = np.empty(0, np.int64)  # the walk's output: channel and row of each emitted row
+        self._orow = np.empty(0, np.int64)
         self.q = [deque() for _ in range(n)]  # [packet, pos] for data; Punctuation for control
         self.back = [-(1 << 62)] * n
         self.heard = [False] * n
@@ -421,10 +423,12 @@ class OrderedMerger:
         out = []
         n = self.n
         q = self.q
-        code = self._code
+        code = self.strategy_code
         strategy = self.strategy
         kinds = np.empty(n, np.int64)
         ctrl = np.zeros(n, np.int64)
+        start = np.empty(n, np.int64)
+        end = np.empty(n, np.int64)
         while True:
             steady = self.n_heard == n
             back = self.back
@@ -434,31 +438,33 @@ class OrderedMerger:
             any_head = False
             for c in range(n):
                 qc = q[c]
-                if not qc:
-                    runs.append(_EMPTY_SEQ)
-                    kinds[c] = FK.RUN_LAST
-                    continue
-                any_head = True
-                head = qc[0]
-                if head.__class__ is list:
-                    r = head[0].columns[SEQ][head[1]:]
-                    runs.append(r)
-                    total += len(r)
-                    kinds[c] = FK.RUN_MORE if len(qc) > 1 else FK.RUN_LAST
+                start[c] = total
+                if qc:
+                    any_head = True
+                    head = qc[0]
+                    if head.__class__ is list:
+                        r = head[0].columns[SEQ][head[1]:]
+                        runs.append(r)
+                        total += len(r)
+                        kinds[c] = FK.RUN_MORE if len(qc) > 1 else FK.RUN_LAST
+                    else:
+                        kinds[c] = FK.RUN_CTRL
+                        ctrl[c] = head.seq
                 else:
-                    runs.append(_EMPTY_SEQ)
-                    kinds[c] = FK.RUN_CTRL
-                    ctrl[c] = head.seq
+                    kinds[c] = FK.RUN_LAST
+                end[c] = total
             if not any_head:
                 return out
-            out_chan = np.empty(total, np.int64)
-            out_row = np.empty(total, np.int64)
+            cat = runs[0] if len(runs) == 1 else (np.concatenate(runs) if runs else _EMPTY_SEQ)
+            if len(self._oc) < total:
+                self._oc = np.empty(max(total, 2 * len(self._oc)), np.int64)
+                self._orow = np.empty(len(self._oc), np.int64)
             count, stop, ch, last, last_chan = FK.merge_ready(
-                tuple(runs), kinds, ctrl, np.asarray(back, np.int64), code, self.last, self.last_chan,
-                self.last_ctrl, steady, seen_top, out_chan, out_row)
+                cat, start, end, kinds, ctrl, np.array(back, np.int64), code, self.last, self.last_chan,
+                self.last_ctrl, steady, seen_top, self._oc, self._orow)
             self.walks += 1
             if count:
-                self._emit_rows(out, runs, out_chan[:count], out_row[:count], count)
+                self._emit_rows(out, self._oc[:count], count)
                 self.last, self.last_chan, self.last_ctrl = int(last), int(last_chan), False
             if stop == FK.STOP_RUN_END:
                 continue  # the used-up packet was popped by _emit_rows
@@ -486,45 +492,40 @@ class OrderedMerger:
                     "state does not hold)")
             return out
 
-    def _emit_rows(self, out, runs, chans, rows, count) -> None:
+    def _emit_rows(self, out, chans, count) -> None:
+        """Emit the `count` rows the walk chose (channel of each, in output order); each
+        channel's rows are a prefix of its head packet's remaining rows."""
         q = self.q
-        taken = np.bincount(chans, minlength=self.n)
-        used = np.flatnonzero(taken)
-        if len(used) == 1:
-            c = int(used[0])
+        n = self.n
+        pos, bounds = FK.group_by_channel(chans, n)
+        used = [c for c in range(n) if bounds[c + 1] > bounds[c]]
+        if len(used) == 1:  # one channel: a slice of its packet, no copy
+            c = used[0]
             entry = q[c][0]
-            pkt, pos = entry
-            k = int(taken[c])
-            cols = {name: a[pos:pos + k] for name, a in pkt.columns.items() if self.keep_seq or name != SEQ}
+            pkt, p0 = entry
+            k = count
+            cols = {name: a[p0:p0 + k] for name, a in pkt.columns.items() if self.keep_seq or name != SEQ}
             out.append(Packet(cols, k, pkt.node))
         else:
-            first = q[int(used[0])][0][0]
+            first = q[used[0]][0][0]
             names = [nm for nm in first.columns if self.keep_seq or nm != SEQ]
             spec_key = tuple((nm, first.columns[nm].dtype.str) for nm in names)
             spec = self._specs.get(spec_key)
             if spec is None:
                 spec = self._specs[spec_key] = PacketSpec({nm: first.columns[nm].dtype for nm in names})
             res = self.alloc(spec, count)
-            heads = [qc[0] if qc and qc[0].__class__ is list else None for qc in q]
-            for nm in names:
-                dt = first.columns[nm].dtype
-                empty = np.empty(0, dt)
-                srcs = []
-                for h in heads:
-                    if h is None:
-                        srcs.append(empty)
-                    else:
-                        a = h[0].columns[nm][h[1]:]
-                        if not a.flags.c_contiguous or a.dtype != dt:
-                            a = np.ascontiguousarray(a, dt)
-                        srcs.append(a)
-                FK.gather_runs(tuple(srcs), chans, rows, res.columns[nm])
+            for c in used:
+                entry = q[c][0]
+                pkt, p0 = entry
+                a, b = int(bounds[c]), int(bounds[c + 1])
+                where = pos[a:b]
+                for nm in names:
+                    FK.scatter(pkt.columns[nm][p0:p0 + b - a], where, res.columns[nm])
             out.append(res)
         self.rows_out += count
         for c in used:
-            c = int(c)
             entry = q[c][0]
-            entry[1] += int(taken[c])
+            entry[1] += int(bounds[c + 1] - bounds[c])
             if entry[1] >= entry[0].nrows:
                 q[c].popleft()
                 self.queued -= 1
