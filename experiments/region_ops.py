@@ -396,6 +396,255 @@ class Tee2(StreamOperator):
 
 
 # ---------------------------------------------------------------------------------------
+# application kernels (Fig. 12/13 style): a CEP-like and a finance-like one
+
+
+@njit(nogil=True, cache=True)
+def parse_kernel(raw, w, n_authors, n_tags, author, tag, length):
+    for i in range(raw.shape[0]):
+        r = _work1(np.int64(raw[i]), w)
+        v = np.int64(raw[i])
+        author[i] = (v >> 3) % n_authors
+        tag[i] = (v >> 17) % n_tags
+        length[i] = r & 0xFF
+
+
+@njit(nogil=True, cache=True)
+def match_kernel(author, tag, x, w, last_tag, run, sel):
+    """Per author: a match when 3 consecutive tweets carry the same tag (then the run
+    restarts); `w` work per tweet. Returns how many rows matched (indices in sel)."""
+    k = 0
+    for i in range(author.shape[0]):
+        a = author[i]
+        _work1(np.int64(x[i]), w)
+        if tag[i] == last_tag[a]:
+            run[a] += 1
+        else:
+            last_tag[a] = tag[i]
+            run[a] = 1
+        if run[a] == 3:
+            run[a] = 0
+            last_tag[a] = -1
+            sel[k] = i
+            k += 1
+    return k
+
+
+class Parse(StreamOperator):
+    """CEP-like kernel, step 1: parse a raw tweet into author, tag and length (w work per
+    row). Stateless 1:1; the columns it writes are not forwarded (so the next region,
+    keyed by author, is reached through a shuffle)."""
+
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+    reassigns = frozenset({"author", "tag", "length"})
+
+    def __init__(self, w: int, n_authors: int = 4096, n_tags: int = 8):
+        self.w, self.n_authors, self.n_tags = int(w), int(n_authors), int(n_tags)
+
+    def on_packet(self, ctx, port, pkt):
+        n = pkt.nrows
+        o = ctx.new_packet({"author": np.int64, "tag": np.int64, "length": np.int64}, n)
+        parse_kernel(pkt["raw"], self.w, self.n_authors, self.n_tags, o["author"], o["tag"], o["length"])
+        ctx.send("out", _with(pkt, author=o["author"], tag=o["tag"], length=o["length"]))
+
+
+class Match(StreamOperator):
+    """CEP-like kernel, step 2: per author, three consecutive tweets with the same tag
+    make a match (partitioned by author, at most one row out per row, w work per row)."""
+
+    selectivity_bound = M.AT_MOST_ONE
+    forwarding = M.ALWAYS
+    seq_aware = True
+
+    def __init__(self, w: int, n_authors: int = 4096):
+        self.w, self.n_authors = int(w), int(n_authors)
+        self.state = M.Partitioned("author")
+        self.last_tag = None
+
+    def on_packet(self, ctx, port, pkt):
+        if self.last_tag is None:
+            self.last_tag = _state_array(self.n_authors, ctx)
+            self.last_tag[:] = -1
+            self.run = _state_array(self.n_authors, ctx)
+        sel = np.empty(pkt.nrows, np.int64)
+        k = match_kernel(pkt["author"], pkt["tag"], pkt["raw"], self.w, self.last_tag, self.run, sel)
+        if k:
+            idx = sel[:k]
+            ctx.send_derived("out", _take(pkt, idx), pkt, idx)
+
+
+@njit(nogil=True, cache=True)
+def vwap_kernel(sym, price, vol, w, pv, vv, out):
+    for i in range(sym.shape[0]):
+        s = sym[i]
+        _work1(np.int64(price[i]), w)
+        pv[s] += price[i] * vol[i]
+        vv[s] += vol[i]
+        out[i] = pv[s] // vv[s]
+
+
+@njit(nogil=True, cache=True)
+def combine_kernel(t_ts, t_sym, t_vwap, t_done, q_ts, q_sym, q_ask, q_done, w, last_vwap, o_ts, o_sym, o_ask, o_vwap):
+    """Timestamp merge of trades (their VWAP updates the symbol's last VWAP) and quotes
+    (each quote leaves with its symbol's last VWAP), sequential by nature; `w` work per
+    row. Stops where the order is not yet known (one side used up, the other not ended).
+    Returns (trades used, quotes used, rows out)."""
+    i = 0
+    j = 0
+    k = 0
+    nt = t_ts.shape[0]
+    nq = q_ts.shape[0]
+    while True:
+        if i < nt and (j < nq and t_ts[i] <= q_ts[j] or j >= nq and q_done):
+            _work1(np.int64(t_vwap[i]), w)
+            last_vwap[t_sym[i]] = t_vwap[i]
+            i += 1
+        elif j < nq and (i < nt or t_done):
+            _work1(np.int64(q_ask[j]), w)
+            o_ts[k] = q_ts[j]
+            o_sym[k] = q_sym[j]
+            o_ask[k] = q_ask[j]
+            o_vwap[k] = last_vwap[q_sym[j]]
+            k += 1
+            j += 1
+        else:
+            return i, j, k
+
+
+class Vwap(StreamOperator):
+    """Finance-like: running volume-weighted average price per symbol (partitioned by
+    sym, 1:1, w work per row)."""
+
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+    reassigns = frozenset({"vwap", "price", "vol"})  # it keeps ts, sym; adds vwap
+
+    def __init__(self, w: int, n_syms: int = 512):
+        self.w, self.n_syms = int(w), int(n_syms)
+        self.state = M.Partitioned("sym")
+        self.pv = None
+
+    def on_packet(self, ctx, port, pkt):
+        if self.pv is None:
+            self.pv = _state_array(self.n_syms, ctx)
+            self.vv = _state_array(self.n_syms, ctx)
+        out = ctx.new_packet({"vwap": np.int64}, pkt.nrows)["vwap"]
+        vwap_kernel(pkt["sym"], pkt["price"], pkt["vol"], self.w, self.pv, self.vv, out)
+        ctx.send("out", Packet({"ts": pkt["ts"], "sym": pkt["sym"], "vwap": out,
+                                **({SEQ: pkt[SEQ]} if SEQ in pkt.columns else {})}, pkt.nrows, pkt.node))
+
+
+class Combine(Operator):
+    """Finance-like: the timestamp merge of trades (``trades``: ts, sym, vwap) and quotes
+    (``quotes``: ts, sym, ask), w work per row. Two inputs: never in a region (R2), it
+    is the sequential step that caps the kernel's speedup. Each side's packets wait in a
+    queue; the merge kernel works on the two head packets (no re-copying of a backlog)."""
+
+    inputs = ("trades", "quotes")
+    outputs = ("out",)
+    state = M.Partitioned("sym")  # the last VWAP per symbol; still n.p.: two inputs (R2)
+    _T = ("ts", "sym", "vwap")
+    _Q = ("ts", "sym", "ask")
+
+    def __init__(self, w: int, n_syms: int = 512):
+        from collections import deque
+
+        self.w = int(w)
+        self.last = np.zeros(n_syms, np.int64)
+        self.tq = deque()  # [packet, position]
+        self.qq = deque()
+
+    def process(self, ctx):
+        for port, q in (("trades", self.tq), ("quotes", self.qq)):
+            while True:
+                p = ctx.recv(port)
+                if p is None:
+                    break
+                if p.nrows:
+                    q.append([p, 0])
+        t_eos, q_eos = ctx.at_eos("trades"), ctx.at_eos("quotes")
+        empty = np.empty(0, np.int64)
+        while self.tq or self.qq:
+            th = self.tq[0] if self.tq else None
+            qh = self.qq[0] if self.qq else None
+            tcols = [th[0][c][th[1]:] for c in self._T] if th else [empty] * 3
+            qcols = [qh[0][c][qh[1]:] for c in self._Q] if qh else [empty] * 3
+            # a side is done for the kernel when nothing follows its head packet, ever
+            t_done = t_eos and len(self.tq) <= 1
+            q_done = q_eos and len(self.qq) <= 1
+            nq = len(qcols[0])
+            o = ctx.new_packet({"ts": np.int64, "sym": np.int64, "ask": np.int64, "vwap": np.int64}, nq)
+            i, j, k = combine_kernel(*tcols, t_done, *qcols, q_done, self.w, self.last, o["ts"], o["sym"], o["ask"],
+                                     o["vwap"])
+            if k:
+                ctx.send("out", o.head(k))
+            if th:
+                th[1] += i
+                if th[1] >= th[0].nrows:
+                    self.tq.popleft()
+            if qh:
+                qh[1] += j
+                if qh[1] >= qh[0].nrows:
+                    self.qq.popleft()
+            if not (i or j):
+                break
+        if t_eos and q_eos and not self.tq and not self.qq:
+            ctx.close()
+            ctx.finish()
+
+
+class QuoteProject(StreamOperator):
+    """Finance-like: normalise a quote's ask (stateless 1:1, w work per row)."""
+
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+    reassigns = frozenset({"ask"})
+
+    def __init__(self, w: int):
+        self.w = int(w)
+
+    def on_packet(self, ctx, port, pkt):
+        y = ctx.new_packet({"ask": np.int64}, pkt.nrows)["ask"]
+        work_map(pkt["ask"], self.w, y)
+        y &= 0xFFFF
+        ctx.send("out", _with(pkt, ask=y + 9000))
+
+
+@njit(nogil=True, cache=True)
+def bargain_kernel(ask, vwap, w, sel):
+    k = 0
+    for i in range(ask.shape[0]):
+        _work1(np.int64(ask[i]), w)
+        if vwap[i] > 0 and ask[i] * 100 < vwap[i] * 99:
+            sel[k] = i
+            k += 1
+    return k
+
+
+class Bargains(StreamOperator):
+    """Finance-like: quotes asking less than 99% of the symbol's VWAP (stateless, at most
+    one row out per row, w work per row)."""
+
+    state = M.STATELESS
+    selectivity_bound = M.AT_MOST_ONE
+    forwarding = M.ALWAYS
+    seq_aware = True
+
+    def __init__(self, w: int):
+        self.w = int(w)
+
+    def on_packet(self, ctx, port, pkt):
+        sel = np.empty(pkt.nrows, np.int64)
+        k = bargain_kernel(pkt["ask"], pkt["vwap"], self.w, sel)
+        if k:
+            idx = sel[:k]
+            ctx.send_derived("out", _take(pkt, idx), pkt, idx)
+
+
+# ---------------------------------------------------------------------------------------
 # sources and sink
 
 
@@ -487,15 +736,19 @@ class Record(StreamOperator):
 
 
 class CountSink(StreamOperator):
-    """Sink: the row count and an order-sensitive checksum of column `col` (for timing
-    runs: no copies)."""
+    """Sink: the row count and an order-sensitive checksum of column `col` and of the
+    punctuations' positions (for timing runs: no copies). Two runs with equal results
+    emitted the same rows of `col` and the same punctuations, in the same order (up to
+    a 64-bit hash collision)."""
 
     outputs = ()
+    punct_in = M.EXPECTING
 
     def __init__(self, col: str = "x"):
         self.col = col
         self.rows = 0
         self.h = 0
+        self.puncts = 0
 
     def on_packet(self, ctx, port, pkt):
         if pkt.nrows:
@@ -503,8 +756,12 @@ class CountSink(StreamOperator):
             self.h = _chk(a, self.h, self.rows)
             self.rows += pkt.nrows
 
+    def on_punct(self, ctx, port, p):
+        self.puncts += 1
+        self.h = _chk(np.array([hash(p) & 0x7FFFFFFFFFFFFFFF], np.int64), self.h, self.rows)
+
     def on_end(self, ctx):
-        ctx.set_result({"rows": self.rows, "checksum": self.h})
+        ctx.set_result({"rows": self.rows, "puncts": self.puncts, "checksum": self.h})
 
 
 @njit(nogil=True, cache=True)
@@ -532,18 +789,24 @@ def same_output(a: dict, b: dict) -> bool:
 
 __all__ = [
     "ArraySource",
+    "Bargains",
+    "Combine",
     "Concat2",
     "CountSink",
     "DropCols",
     "EveryNth",
     "FlatMap",
+    "Match",
     "Opaque",
+    "Parse",
     "PartitionedArraySource",
     "PunctGen",
+    "QuoteProject",
     "Record",
     "ReKey",
     "RunningCount",
     "Tee2",
+    "Vwap",
     "WindowSum",
     "Work",
     "WorkFilter",
