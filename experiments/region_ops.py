@@ -204,13 +204,26 @@ class RunningCount(StreamOperator):
     forwarding = M.ALWAYS
 
     def __init__(self, key: str = "k", nkeys: int = 1024, w: int = 0, col: str = "x", cnt: str = "cnt",
-                 acc: str = "acc"):
+                 acc: str = "acc", report: dict | None = None):
         self.key, self.nkeys, self.w, self.col, self.cnt, self.acc = key, int(nkeys), int(w), col, cnt, acc
         self.state = M.Partitioned(key)
         self.reassigns = frozenset({cnt, acc})
         self.counts = None
         self.sums = None
         self.nodes_seen = set()
+        self.report = report  # if a dict: where each channel ran and where its state lives, at the end
+
+    def on_end(self, ctx):
+        if self.report is not None and self.counts is not None:
+            from topology.memory import node_histogram
+
+            pages = {}
+            try:
+                pages = {str(k): int(v) for k, v in node_histogram(self.counts).items()}
+            except OSError:
+                pass
+            self.report[getattr(self, "region_channel", "sequential")] = {
+                "nodes": sorted(n for n in self.nodes_seen if n is not None), "state_pages": pages}
 
     def on_packet(self, ctx, port, pkt):
         if self.counts is None:

@@ -84,7 +84,8 @@ def test_balancer_moves_work_off_an_overloaded_node(guest4):
 def guest2():
     """2 nodes x 2 CPUs: the machine of the locality goal."""
     require_vm()
-    res = run_guest(["topology", "sched_pinning", "sched_locality", "experiments"], nodes=2, distances=DISTANCES_2,
+    res = run_guest(["topology", "sched_pinning", "sched_locality", "experiments", "regions_numa"], nodes=2,
+                    distances=DISTANCES_2,
                     cpus_per_node=2, env={"BOBOX_VM_DATA": guest_data_dir()})
     for name, r in res.items():
         assert not (isinstance(r, dict) and "error" in r), f"{name}: {r.get('error')}"
@@ -117,3 +118,18 @@ def test_numa_experiments_on_two_nodes(guest2):
     assert pl["png_ok"] and pl["csv_rows"] == 2  # local + remote, one repeat
     assert pl["json"]["local_s"] > 0 and pl["json"]["remote_s"] > 0
     assert "Figure 2: memory placement" in e["report"] and "Skipped" not in e["report"]
+
+
+def test_region_channels_run_on_both_nodes_with_node_local_state(guest2):
+    """Parallel-region channels spread over the nodes (channel c on node slot c): every
+    channel ran only on its node, its state's pages are there (the kernel says), both
+    nodes were used, and the output equals the sequential run's."""
+    r = guest2["regions_numa"]
+    assert r["identical"] and r["rows"] == 40000
+    assert r["nodes"] == [0, 1]
+    assert sorted(r["channels"]) == ["0", "1", "2", "3"]
+    for c, info in r["channels"].items():
+        node = r["nodes"][int(c) % 2]
+        assert info["nodes"] == [node], (c, info)
+        assert set(info["state_pages"]) == {str(node)}, (c, info)
+    assert {n for info in r["channels"].values() for n in info["nodes"]} == {0, 1}

@@ -416,3 +416,34 @@ def test_errors_in_a_channel_fail_the_request(scheds):
     with pytest.raises(ValueError, match="boom in a channel"):
         scheds[("bobox", 4)].submit(p, parallelism=3).result(TIMEOUT)
     assert RequestFailed  # the runtime re-raises the operator's own exception
+
+
+# ------------------------------------------------------------------------------ NUMA
+
+
+def test_channels_spread_over_virtual_nodes():
+    """Channel c of a region is placed on node slot c: on a machine split into 2 virtual
+    nodes, each channel's operator runs only on its node's workers, and both nodes work."""
+    import topology as T
+    from topology.virtual import virtual_topology
+
+    topo = T.probe()
+    if len(topo.cpus) < 2:
+        pytest.skip("needs 2 CPUs for 2 virtual nodes")
+    topo = virtual_topology(topo, 2)
+    rng = np.random.default_rng(7)
+    report = {}
+    p = Plan("vnodes")
+    p.add("src", ArraySource, data(rng, 20000, 0.0), (500,))
+    p.add("cnt", RunningCount, "k", NKEYS, 8, "x", "cnt", "acc", report)
+    p.add("sink", Record)
+    p.chain("src", "cnt", "sink")
+    with Scheduler(topology=topo, threads_per_node=2, pin=False) as s:
+        want = s.submit(p).result(TIMEOUT)
+        got = s.submit(parallelize(p, 4)).result(TIMEOUT)
+        nodes = [n.os_index for n in s.topology.cpu_nodes]
+    assert same_output(want, got)
+    chans = {k: v for k, v in report.items() if k != "sequential"}
+    assert sorted(chans) == [0, 1, 2, 3]
+    for c, info in chans.items():
+        assert info["nodes"] == [nodes[c % 2]], (c, info)
