@@ -352,6 +352,62 @@ class WindowSum(StreamOperator):
         ctx.punctuate(p)
 
 
+class WindowCount(StreamOperator):
+    """Partitioned by `key`, expecting punctuations: counts rows per key and emits ``(key,
+    count)`` for every key seen when a window punctuation arrives (and at the end), then
+    forwards the punctuation. Declared ``emit_order="unordered"``: its output per window
+    is a multiset (rule R8), so it may run in a region."""
+
+    selectivity_bound = M.AT_MOST_ONE  # per input row: nothing (it emits on punctuations)
+    forwarding = M.FunctionAny("k")
+    punct_in = M.EXPECTING
+    punct_out = M.PRESERVES
+    emit_order = "unordered"
+    seq_aware = True
+
+    def __init__(self, key: str = "k", nkeys: int = 1024):
+        self.key, self.nkeys = key, int(nkeys)
+        self.state = M.Partitioned(key)
+        self.counts = None
+
+    def on_packet(self, ctx, port, pkt):
+        if self.counts is None:
+            self.counts = _state_array(self.nkeys, ctx)
+        np.add.at(self.counts, pkt[self.key], 1)
+
+    def _flush(self, ctx):
+        if self.counts is None:
+            return
+        keys = np.flatnonzero(self.counts)
+        if len(keys):
+            ctx.send("out", Packet({"k": keys.astype(np.int64), "count": self.counts[keys].copy()}, len(keys)))
+            self.counts[keys] = 0
+
+    def on_punct(self, ctx, port, p):
+        self._flush(ctx)
+        ctx.punctuate(p)
+
+    def on_end(self, ctx):
+        self._flush(ctx)
+
+
+def same_per_window(a: dict, b: dict) -> bool:
+    """Two Record results agree as multisets of rows per window (between consecutive
+    punctuations), with the same punctuations at the same positions."""
+    if [p for _, p in a["puncts"]] != [p for _, p in b["puncts"]] or set(a["cols"]) != set(b["cols"]):
+        return False
+    if [i for i, _ in a["puncts"]] != [i for i, _ in b["puncts"]]:
+        return False
+    names = sorted(a["cols"])
+    bounds = [0] + [i for i, _ in a["puncts"]] + [len(a["cols"][names[0]]) if names else 0]
+    for lo, hi in zip(bounds, bounds[1:]):
+        ra = sorted(zip(*[a["cols"][c][lo:hi].tolist() for c in names]))
+        rb = sorted(zip(*[b["cols"][c][lo:hi].tolist() for c in names]))
+        if ra != rb:
+            return False
+    return True
+
+
 class Opaque(StreamOperator):
     """An undeclared operator (state unknown: never parallelised); passes packets."""
 
@@ -820,9 +876,11 @@ __all__ = [
     "RunningCount",
     "Tee2",
     "Vwap",
+    "WindowCount",
     "WindowSum",
     "Work",
     "WorkFilter",
     "same_output",
+    "same_per_window",
     "work_map",
 ]

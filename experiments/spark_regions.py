@@ -273,10 +273,11 @@ def _channel_task(cfg: dict, parts):
 # the driver
 
 
-def split_stream(items, degree: int, key, numbered: bool, pulses: bool, epoch: int = DEFAULT_EPOCH) -> list:
+def split_stream(items, degree: int, key, numbered: bool, pulses: bool, epoch: int = DEFAULT_EPOCH,
+                 windows: bool = False) -> list:
     """The first splitter on the driver: the region's input stream cut into `degree`
     channel streams (lists of packets and control items)."""
-    router = Router(degree, key, numbered)
+    router = Router(degree, key, numbered, windows=windows)
     chans = [[] for _ in range(degree)]
     units = 0
     for it in items:
@@ -329,7 +330,7 @@ def spark_region_run(plan: Plan, degree: int = 2, *, region=None, ordering: str 
         items = sched.submit(cut.upstream()).result()
         if isinstance(items, dict):  # other sinks upstream: take ours
             items = items["__capture"]
-        chans = split_stream(items, degree, r.key, numbered, pulses, epoch)
+        chans = split_stream(items, degree, r.key, numbered, pulses, epoch, r.window_groups)
         spark = spark or spark_session(master)
         sc = spark.sparkContext
         cfg = {"specs": pickle.dumps(cut.specs), "mode": mode, "degree": degree, "check": check, "policy": policy,
@@ -343,7 +344,8 @@ def spark_region_run(plan: Plan, degree: int = 2, *, region=None, ordering: str 
                 raise BoboxError(f"channel {c} returned twice")
             got[c] = _decode(enc)
             hosts[c], attempts[c] = host, attempt
-        merger = OrderedMerger(degree, strat, check=check, name=f"spark merger of region {r.index}")
+        merger = OrderedMerger(degree, strat, check=check, name=f"spark merger of region {r.index}",
+                               windows=r.window_groups)
         merged = []
         queues = {c: deque(got[c]) for c in range(degree)}
         order = list(range(degree))

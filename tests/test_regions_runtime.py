@@ -41,10 +41,12 @@ from experiments.region_ops import (
     ReKey,
     RunningCount,
     Tee2,
+    WindowCount,
     WindowSum,
     Work,
     WorkFilter,
     same_output,
+    same_per_window,
 )
 
 NKEYS = 64
@@ -254,6 +256,11 @@ def test_punctuations_exactly_once_through_a_shuffle(scheds):
         assert pulses >= 1
         shuffle_mergers = [v for k, v in stats.items() if "@shuffle" in k[1]]
         assert len(shuffle_mergers) == degree
+        for m in shuffle_mergers:  # every channel of region a sends each pulse to every shuffle merger
+            assert m["pulses_in"] == degree * pulses
+        (final,) = [v for k, v in stats.items() if k[1] == "b@merge"]
+        assert final["pulses_in"] == degree * pulses  # one copy per channel: no N^s blow-up
+        assert final["controls_in"] == degree * (pulses + 20)
 
 
 class LiesExactlyOne(StreamOperator):
@@ -398,6 +405,40 @@ def test_window_sum_after_region_sees_the_sequential_windows(scheds):
     want = s.submit(p).result(TIMEOUT)
     got = s.submit(parallelize(p, 4, epoch=1, epoch_unit="row")).result(TIMEOUT)
     assert same_output(want, got) and len(want["cols"]["total"]) == 10
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), degree=st.integers(1, 5), every=st.sampled_from([1, 37, 400, 5000]),
+       pre=st.sampled_from([None, "work", "filter"]), post=st.booleans())
+def test_unordered_window_operator_in_a_region_matches_per_window(scheds, seed, degree, every, pre, post):
+    """R8's escape: a partitioned window count declared emit_order="unordered" runs in a
+    region; its rows come out as the same multiset per window, the punctuations at the
+    same positions (rows at the end of stream form the last window)."""
+    rng = np.random.default_rng(seed)
+    n = 4000
+    p = Plan("windows")
+    p.add("src", ArraySource, data(rng, n, 1.0), (333, 0, 50), [(i, Window(wid=i)) for i in range(every, n, every)])
+    chain = ["src"]
+    if pre == "work":
+        p.add("pre", Work, 2)
+        chain.append("pre")
+    elif pre == "filter":
+        p.add("pre", WorkFilter, 0, 3, 2)
+        chain.append("pre")
+    p.add("wc", WindowCount, "k", NKEYS)
+    chain.append("wc")
+    if post:
+        p.add("post", Work, 1, "count", "y")
+        chain.append("post")
+    p.add("sink", Record)
+    p.chain(*chain, "sink")
+    (r,) = p.regions().regions
+    assert "wc" in r.ops and r.window_groups and r.ordering == "relaxed"
+    s = scheds[("bobox", 4)]
+    want = s.submit(p).result(TIMEOUT)
+    got = s.submit(parallelize(p, degree, epoch=2)).result(TIMEOUT)
+    assert same_per_window(want, got)
+    assert sum(want["cols"]["count"]) == (n if pre != "filter" else sum(got["cols"]["count"]))
 
 
 def test_errors_in_a_channel_fail_the_request(scheds):

@@ -41,6 +41,10 @@ from .merger import MisdeclaredOperator
 from .punct import Punctuation
 from .seq import SEQ
 
+# The seqno of rows emitted at the end of stream by window-group operators: after every
+# other seqno (the merger emits them once every channel ended).
+EOS_GROUP = np.iinfo(np.int64).max - 1
+
 RR = "rr"
 SEQ_MODE = "seq"
 PLAIN = "plain"
@@ -61,8 +65,12 @@ class _ChannelContext:
 
     def recv(self, port):
         item = self._ctx.recv(port)
-        if item is not None and not isinstance(item, Punctuation):
-            self._ch._input(item)
+        if item is not None:
+            if isinstance(item, Punctuation):
+                self._ch._punct = item
+            else:
+                self._ch._punct = None
+                self._ch._input(item)
         return item
 
     def send(self, port, packet):
@@ -101,6 +109,12 @@ class ChannelOperator(Operator):
         inner.region_channel = channel
         inner.region_degree = degree
         self._exactly_one = model.selectivity == M.EXACTLY_ONE
+        # emits rows on punctuations, unordered per window (R8): they get the seqno of the
+        # punctuation's window group (one below its own), or the end-of-stream group's
+        from .regions import emits_window_groups
+
+        self._windows = emits_window_groups(model, bool(self.outputs))
+        self._punct = None  # the punctuation the operator was last given (until its next packet)
         self._ctxp = _ChannelContext(self)
         # Inputs whose rows were not all answered yet: [seqnos or None, rows, rows answered]
         self._pending: deque = deque()
@@ -145,6 +159,17 @@ class ChannelOperator(Operator):
             return ctx.send(port, pkt)
         if not n:
             return True  # empty packets carry nothing (the splitter sends none)
+        if self._windows and mode == SEQ_MODE and SEQ not in pkt.columns:
+            p = self._punct
+            if p is not None and p.seq is not None:
+                g = p.seq - 1
+            elif ctx.all_eos():
+                g = EOS_GROUP
+            else:
+                raise MisdeclaredOperator(f"operator '{self.name}' emitted rows without {SEQ} outside a "
+                                          "punctuation or the end of stream")
+            self.rows_out += n
+            return ctx.send(port, Packet({**pkt.columns, SEQ: np.full(n, g, np.int64)}, n, pkt.node))
         if not self._exactly_one:
             if mode == SEQ_MODE and SEQ not in pkt.columns:
                 raise MisdeclaredOperator(f"operator '{self.name}' sent rows without {SEQ} inside a parallel "

@@ -131,7 +131,11 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
     exit_order = {}
     numbered = {}
     pulses = {}
+    windows = {}
     for chain in _chains(rp):
+        win = any(rp.regions[i].window_groups for i in chain)
+        for i in chain:
+            windows[i] = win
         last = rp.regions[chain[-1]]
         for i in chain:
             r = rp.regions[i]
@@ -171,7 +175,7 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
         n = degrees[r.index]
         if r.first_joint == RG.SPLIT:
             new.add(f"{r.head}@split", SplitterOperator, n, r.key, numbered[r.index], pulses[r.index], epoch,
-                    epoch_unit, EDGE, stats)
+                    epoch_unit, EDGE, stats, windows[r.index])
         elif r.first_joint == RG.SHUFFLE:
             a = rp.regions[prev_of[r.index]]
             na = degrees[a.index]
@@ -188,7 +192,8 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
                 if place:
                     new.place(f"{a.tail}@route{i}", i)
         if r.last_joint == RG.MERGE:
-            new.add(f"{r.tail}@merge", MergerOperator, n, exit_order[r.index], False, check, "merge", stats)
+            new.add(f"{r.tail}@merge", MergerOperator, n, exit_order[r.index], False, check, "merge", stats,
+                    windows[r.index] and exit_order[r.index] != UNORDERED)
 
     def exit_of(op, port):
         r = rp.region(op)

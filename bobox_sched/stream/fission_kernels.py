@@ -40,6 +40,7 @@ STOP_DISORDER = 4  # a row broke the channel order the strategy relies on (misde
 ORD_SEQNO = 1
 ORD_STRICT = 2
 ORD_RELAXED = 3
+ORD_RELAXED_WINDOWS = 4  # relaxed, and rows of one window group may share a seqno across channels
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -196,7 +197,7 @@ def merge_ready(cat, start, end, kind, ctrl, back, strategy, last, last_chan, la
         s0 = start[best]
         # a row equal to `last` is legal only under relaxed, as a duplicate of the last
         # row on that row's channel (kept out of the loop's test: measured 20x faster)
-        dup_ok = strategy == 3 and not last_ctrl and best == last_chan
+        dup_ok = (strategy == 3 and not last_ctrl and best == last_chan) or (strategy == 4 and not last_ctrl)
         while p < m:
             v = cat[p]
             if lim_chan >= 0 and (v > lim or (v == lim and best > lim_chan)):
@@ -215,7 +216,7 @@ def merge_ready(cat, start, end, kind, ctrl, back, strategy, last, last_chan, la
             last = v
             last_chan = best
             last_ctrl = False
-            dup_ok = strategy == 3
+            dup_ok = strategy >= 3
         pos[best] = p
 
 
@@ -235,6 +236,7 @@ def scatter(src, pos, out):
 
 __all__ = [
     "ORD_RELAXED",
+    "ORD_RELAXED_WINDOWS",
     "ORD_SEQNO",
     "ORD_STRICT",
     "RUN_CTRL",

@@ -254,7 +254,7 @@ class OrderedMerger:
     packet) and raise :class:`MisdeclaredOperator` instead of mis-ordering or hanging."""
 
     def __init__(self, n: int, strategy: str, *, keep_seq: bool = False, alloc=None, check: bool = True,
-                 first: int = 0, name: str = "merger"):
+                 first: int = 0, name: str = "merger", windows: bool = False):
         if strategy not in LATTICE and strategy != UNORDERED:
             raise ValueError(f"unknown ordering {strategy!r} (one of {', '.join(LATTICE + (UNORDERED,))})")
         if n < 1:
@@ -265,7 +265,14 @@ class OrderedMerger:
         self.alloc = alloc or _plain_alloc
         self.check = check
         self.name = name
-        self.strategy_code = _CODE.get(strategy, 0)
+        # windows: the region's operators emit rows on punctuations, unordered within the
+        # window (R8): those rows share the seqno just below the punctuation's on every
+        # channel, and a punctuation (any control item) leaves only once every channel is
+        # past that seqno, i.e. once every channel's rows of the window were emitted.
+        if windows and strategy != RELAXED:
+            raise ValueError("window groups need the relaxed strategy")
+        self.windows = windows
+        self.strategy_code = FK.ORD_RELAXED_WINDOWS if windows else _CODE.get(strategy, 0)
         self._oc = np.empty(0, np.int64)  # the walk's output: channel and row of each emitted row
         self._orow = np.empty(0, np.int64)
         self.q = [deque() for _ in range(n)]  # [packet, pos] for data; Punctuation for control
@@ -285,10 +292,15 @@ class OrderedMerger:
         self.rows_in = 0
         self.rows_out = 0
         self.walks = 0
+        self.controls_in = 0  # control items received (every copy)
+        self.pulses_in = 0
 
     # -- arrivals ----------------------------------------------------------------------
     def push(self, c: int, item) -> None:
         if isinstance(item, Punctuation):
+            self.controls_in += 1
+            if isinstance(item, Pulse):
+                self.pulses_in += 1
             if self.strategy not in (ROUND_ROBIN, UNORDERED):
                 if item.seq is None:
                     raise MisdeclaredOperator(f"{self.name}: channel {c} delivered {item!r} without a seqno "
@@ -475,7 +487,10 @@ class OrderedMerger:
                     q[ch].popleft()  # a copy of a control item already emitted
                     self.queued -= 1
                     continue
-                if not _ready_py(strategy, t, self.last, self.last_chan, self.last_ctrl, steady, seen_top, back):
+                if self.windows:
+                    if not (steady and t - 1 < seen_top):
+                        return out
+                elif not _ready_py(strategy, t, self.last, self.last_chan, self.last_ctrl, steady, seen_top, back):
                     return out
                 q[ch].popleft()
                 self.queued -= 1
@@ -553,7 +568,7 @@ class MergerOperator(Operator):
     punct_out = M.GENERATES
 
     def __init__(self, n: int, strategy: str, keep_seq: bool = False, check: bool = True, label: str = "merger",
-                 stats: dict | None = None):
+                 stats: dict | None = None, windows: bool = False):
         self.inputs = tuple(f"in{c}" for c in range(n))
         self.n = n
         self.strategy = strategy
@@ -561,6 +576,7 @@ class MergerOperator(Operator):
         self.check = check
         self.label = label
         self.stats = stats
+        self.windows = windows
         self._m = None
         self._seconds = 0.0
 
@@ -575,7 +591,7 @@ class MergerOperator(Operator):
         m = self._m
         if m is None:
             m = self._m = OrderedMerger(self.n, self.strategy, keep_seq=self.keep_seq, check=self.check,
-                                        name=f"merger '{self.name}'")
+                                        name=f"merger '{self.name}'", windows=self.windows)
         m.alloc = ctx.new_packet  # this worker's context (node-local packets), for this run only
         for c, port in enumerate(self.inputs):
             while True:
@@ -598,7 +614,8 @@ class MergerOperator(Operator):
             if self.stats is not None:
                 self.stats[(ctx.request.id, self.name)] = {
                     "strategy": m.strategy, "peak_queued": m.peak_queued, "rows_in": m.rows_in,
-                    "rows_out": m.rows_out, "walks": m.walks, "seconds": self._seconds}
+                    "rows_out": m.rows_out, "walks": m.walks, "pulses_in": m.pulses_in,
+                    "controls_in": m.controls_in, "seconds": self._seconds}
 
 
 __all__ = [

@@ -98,6 +98,7 @@ class Region:
     chain: int = 0  # shuffle chain it belongs to
     numbered: bool = False  # tuples carry seqnos inside it
     pulses: bool = False  # its chain's first splitter emits pulses
+    window_groups: bool = False  # a member emits rows on punctuations, unordered per window (R8)
 
     @property
     def routing(self) -> str:
@@ -120,7 +121,8 @@ class Region:
         return {"index": self.index, "ops": list(self.ops), "key": list(self.key) if self.key else None,
                 "selectivity": [lo, hi], "routing": self.routing, "ordering": self.ordering,
                 "own_ordering": self.own_ordering, "first_joint": self.first_joint, "last_joint": self.last_joint,
-                "ended_by": self.ended_by, "chain": self.chain, "numbered": self.numbered, "pulses": self.pulses}
+                "ended_by": self.ended_by, "chain": self.chain, "numbered": self.numbered, "pulses": self.pulses,
+                "window_groups": self.window_groups}
 
 
 @dataclass
@@ -163,7 +165,9 @@ class RegionPlan:
                     order += f" (alone: {STRATEGY_NAMES[r.own_ordering]}; set by its shuffle chain)"
             out.append(f"    ordering: {order}")
             out.append(f"    joints: first {r.first_joint}, last {r.last_joint}"
-                       + (f"; seqnos{' + pulses' if r.pulses else ''}" if r.numbered else ""))
+                       + (f"; seqnos{' + pulses' if r.pulses else ''}" if r.numbered else "")
+                       + ("; rows emitted on punctuations are unordered within their window (R8)"
+                          if r.window_groups else ""))
             out.append(f"    ended by: {r.ended_by}")
         if self.excluded:
             out.append("not parallelised:")
@@ -261,6 +265,22 @@ def _fwd_filter(F, attrs) -> frozenset:
     return attrs - F[1] if F[0] == "all" else attrs & F[1]
 
 
+def emits_window_groups(model: M.OperatorModel, has_outputs: bool) -> bool:
+    """An operator that may emit rows when a punctuation arrives, as a multiset per window
+    (rule R8's escape: ``emit_order="unordered"`` on an expecting input)."""
+    return has_outputs and model.emit_order == "unordered" and M.EXPECTING in model.punct_in.values()
+
+
+def _sel_of(info):
+    """A member's selectivity range; a parallel source's is its partition's (1:1), and an
+    operator emitting window groups may emit any number of rows per punctuation."""
+    if not info.fan_in:
+        return (1, 1)
+    if emits_window_groups(info.model, info.fan_out > 0):
+        return (0, INF)
+    return M.SELECTIVITY_RANGE[info.model.selectivity]
+
+
 def _sel_mul(a, b):
     lo = a[0] * b[0]
     hi = INF if (a[1] is INF or b[1] is INF) else a[1] * b[1]
@@ -332,7 +352,7 @@ class _Forming:
         key = frozenset(m.key) if m.key else None
         # a parallel source's output is the region's entry: all its attributes count as forwarded
         F = _fwd_apply(("all", frozenset()), m) if info.fan_in else ("all", frozenset())
-        sel = M.SELECTIVITY_RANGE[m.selectivity] if info.fan_in else (1, 1)  # a parallel source: rows per row of its partition
+        sel = _sel_of(info)
         ops = [start]
         while True:
             t = self.infos[ops[-1]]
@@ -368,7 +388,7 @@ class _Forming:
                 key = k2
             ops.append(s_name)
             F = _fwd_apply(F, sm)
-            sel = _sel_mul(sel, M.SELECTIVITY_RANGE[sm.selectivity])
+            sel = _sel_mul(sel, _sel_of(s))
 
     def _violation(self, ops) -> tuple[int, Exclusion] | None:
         """The first member breaking R5 or R7 for a region of `ops`, with the reason."""
@@ -424,6 +444,7 @@ class _Forming:
             r.first_joint = PARALLEL_SOURCE
         if self.infos[ops[-1]].fan_out == 0:
             r.last_joint = PARALLEL_SINK
+        r.window_groups = any(emits_window_groups(self.infos[n].model, self.infos[n].fan_out > 0) for n in ops)
         for n in ops:
             self.assigned[n] = idx
         self.regions.append(r)
@@ -435,14 +456,14 @@ class _Forming:
         key = frozenset(m.key) if m.key else None
         # a parallel source's output is the region's entry: all its attributes count as forwarded
         F = _fwd_apply(("all", frozenset()), m) if info.fan_in else ("all", frozenset())
-        sel = M.SELECTIVITY_RANGE[m.selectivity] if info.fan_in else (1, 1)  # a parallel source: rows per row of its partition
+        sel = _sel_of(info)
         for name in ops[1:]:
             sm = self.infos[name].model
             if sm.key:
                 ks = frozenset(sm.key)
                 key = _fwd_filter(F, ks if key is None else key & ks)
             F = _fwd_apply(F, sm)
-            sel = _sel_mul(sel, M.SELECTIVITY_RANGE[sm.selectivity])
+            sel = _sel_mul(sel, _sel_of(self.infos[name]))
         return ops, key, F, sel, None
 
 
@@ -517,6 +538,7 @@ def explain(plan) -> str:
 
 
 __all__ = [
+    "emits_window_groups",
     "Exclusion",
     "MERGE",
     "PARALLEL_SINK",

@@ -35,7 +35,7 @@ from ..operator import Operator
 from ..packet import Packet, PacketSpec
 from . import fission_kernels as FK
 from . import model as M
-from .punct import Punctuation, Pulse
+from .punct import Marker, Punctuation, Pulse
 from .seq import SEQ
 
 EDGE = "edge"
@@ -72,8 +72,11 @@ def channels_of(columns: dict, key: tuple, n: int) -> np.ndarray:
 class Router:
     """Routing and numbering state of one splitter (the part the Spark driver reuses)."""
 
-    def __init__(self, n: int, key: tuple | None, number: bool, alloc=None, first: int = 0):
+    def __init__(self, n: int, key: tuple | None, number: bool, alloc=None, first: int = 0, windows: bool = False):
         self.n = n
+        # A region whose operators emit rows on punctuations (unordered per window, R8):
+        # each punctuation takes two seqnos, the first for the rows emitted on it.
+        self.windows = windows
         self.key = tuple(key) if key else None
         self.number = number
         self.next_seq = first  # the next seqno to give
@@ -145,6 +148,8 @@ class Router:
     def control(self, p: Punctuation) -> Punctuation:
         """The copy of control item `p` to broadcast (with a fresh seqno if numbering)."""
         if self.number:
+            if self.windows and not isinstance(p, (Pulse, Marker)):
+                self.next_seq += 1  # the window group's seqno: rows emitted on p
             p = p.with_seq(self.next_seq)
             self.next_seq += 1
         return p
@@ -177,7 +182,7 @@ class SplitterOperator(Operator):
     punct_out = M.GENERATES
 
     def __init__(self, n: int, key=None, number: bool = False, pulses: bool = False, epoch: int = 10,
-                 epoch_unit: str = PACKET, role: str = EDGE, stats: dict | None = None):
+                 epoch_unit: str = PACKET, role: str = EDGE, stats: dict | None = None, windows: bool = False):
         if n < 1:
             raise ValueError(f"a splitter needs at least one channel, got {n}")
         if epoch_unit not in (PACKET, ROW):
@@ -193,6 +198,7 @@ class SplitterOperator(Operator):
         self.epoch_unit = epoch_unit
         self.role = role
         self.stats = stats
+        self.windows = windows
         self._router = None
         self._units = 0
         self._npulses = 0
@@ -242,7 +248,7 @@ class SplitterOperator(Operator):
         t0 = time.perf_counter()
         r = self._router
         if r is None:
-            r = self._router = Router(self.n, self.key, self.number)
+            r = self._router = Router(self.n, self.key, self.number, windows=self.windows)
         r.alloc = ctx.new_packet  # this worker's context (node-local packets), for this run only
         while not ctx.blocked:
             item = ctx.recv("in")
