@@ -81,6 +81,26 @@ class _ChannelContext:
 
         return self.send(port, derive(self._ctx, packet, parent_pkt, parent))
 
+    # the calls operators make per packet, delegated without __getattr__'s detour
+    @property
+    def blocked(self):
+        return self._ctx.blocked
+
+    def at_eos(self, port):
+        return self._ctx.at_eos(port)
+
+    def new_packet(self, schema, nrows):
+        return self._ctx.new_packet(schema, nrows)
+
+    def punctuate(self, punct, port=None):
+        return self._ctx.punctuate(punct, port)
+
+    def close(self, port=None):
+        return self._ctx.close(port)
+
+    def finish(self):
+        return self._ctx.finish()
+
     def __getattr__(self, name):
         return getattr(self._ctx, name)
 
