@@ -483,9 +483,10 @@ def match_kernel(author, tag, x, w, last_tag, run, sel):
     """Per author: a match when 3 consecutive tweets carry the same tag (then the run
     restarts); `w` work per tweet. Returns how many rows matched (indices in sel)."""
     k = 0
+    chk = np.int64(0)  # the work's results, returned: LLVM may not drop the work
     for i in range(author.shape[0]):
         a = author[i]
-        _work1(np.int64(x[i]), w)
+        chk ^= _work1(np.int64(x[i]), w)
         if tag[i] == last_tag[a]:
             run[a] += 1
         else:
@@ -496,7 +497,7 @@ def match_kernel(author, tag, x, w, last_tag, run, sel):
             last_tag[a] = -1
             sel[k] = i
             k += 1
-    return k
+    return k, chk
 
 
 class Parse(StreamOperator):
@@ -538,7 +539,7 @@ class Match(StreamOperator):
             self.last_tag[:] = -1
             self.run = _state_array(self.n_authors, ctx)
         sel = np.empty(pkt.nrows, np.int64)
-        k = match_kernel(pkt["author"], pkt["tag"], pkt["raw"], self.w, self.last_tag, self.run, sel)
+        k, self.chk = match_kernel(pkt["author"], pkt["tag"], pkt["raw"], self.w, self.last_tag, self.run, sel)
         if k:
             idx = sel[:k]
             ctx.send_derived("out", _take(pkt, idx), pkt, idx)
@@ -546,12 +547,14 @@ class Match(StreamOperator):
 
 @njit(nogil=True, cache=True)
 def vwap_kernel(sym, price, vol, w, pv, vv, out):
+    chk = np.int64(0)
     for i in range(sym.shape[0]):
         s = sym[i]
-        _work1(np.int64(price[i]), w)
+        chk ^= _work1(np.int64(price[i]), w)
         pv[s] += price[i] * vol[i]
         vv[s] += vol[i]
         out[i] = pv[s] // vv[s]
+    return chk
 
 
 @njit(nogil=True, cache=True)
@@ -563,15 +566,16 @@ def combine_kernel(t_ts, t_sym, t_vwap, t_done, q_ts, q_sym, q_ask, q_done, w, l
     i = 0
     j = 0
     k = 0
+    chk = np.int64(0)
     nt = t_ts.shape[0]
     nq = q_ts.shape[0]
     while True:
         if i < nt and (j < nq and t_ts[i] <= q_ts[j] or j >= nq and q_done):
-            _work1(np.int64(t_vwap[i]), w)
+            chk ^= _work1(np.int64(t_vwap[i]), w)
             last_vwap[t_sym[i]] = t_vwap[i]
             i += 1
         elif j < nq and (i < nt or t_done):
-            _work1(np.int64(q_ask[j]), w)
+            chk ^= _work1(np.int64(q_ask[j]), w)
             o_ts[k] = q_ts[j]
             o_sym[k] = q_sym[j]
             o_ask[k] = q_ask[j]
@@ -579,7 +583,7 @@ def combine_kernel(t_ts, t_sym, t_vwap, t_done, q_ts, q_sym, q_ask, q_done, w, l
             k += 1
             j += 1
         else:
-            return i, j, k
+            return i, j, k, chk
 
 
 class Vwap(StreamOperator):
@@ -600,7 +604,7 @@ class Vwap(StreamOperator):
             self.pv = _state_array(self.n_syms, ctx)
             self.vv = _state_array(self.n_syms, ctx)
         out = ctx.new_packet({"vwap": np.int64}, pkt.nrows)["vwap"]
-        vwap_kernel(pkt["sym"], pkt["price"], pkt["vol"], self.w, self.pv, self.vv, out)
+        self.chk = vwap_kernel(pkt["sym"], pkt["price"], pkt["vol"], self.w, self.pv, self.vv, out)
         ctx.send("out", Packet({"ts": pkt["ts"], "sym": pkt["sym"], "vwap": out,
                                 **({SEQ: pkt[SEQ]} if SEQ in pkt.columns else {})}, pkt.nrows, pkt.node))
 
@@ -645,7 +649,7 @@ class Combine(Operator):
             q_done = q_eos and len(self.qq) <= 1
             nq = len(qcols[0])
             o = ctx.new_packet({"ts": np.int64, "sym": np.int64, "ask": np.int64, "vwap": np.int64}, nq)
-            i, j, k = combine_kernel(*tcols, t_done, *qcols, q_done, self.w, self.last, o["ts"], o["sym"], o["ask"],
+            i, j, k, self.chk = combine_kernel(*tcols, t_done, *qcols, q_done, self.w, self.last, o["ts"], o["sym"], o["ask"],
                                      o["vwap"])
             if k:
                 ctx.send("out", o.head(k))
@@ -685,12 +689,13 @@ class QuoteProject(StreamOperator):
 @njit(nogil=True, cache=True)
 def bargain_kernel(ask, vwap, w, sel):
     k = 0
+    chk = np.int64(0)
     for i in range(ask.shape[0]):
-        _work1(np.int64(ask[i]), w)
+        chk ^= _work1(np.int64(ask[i]), w)
         if vwap[i] > 0 and ask[i] * 100 < vwap[i] * 99:
             sel[k] = i
             k += 1
-    return k
+    return k, chk
 
 
 class Bargains(StreamOperator):
@@ -707,7 +712,7 @@ class Bargains(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         sel = np.empty(pkt.nrows, np.int64)
-        k = bargain_kernel(pkt["ask"], pkt["vwap"], self.w, sel)
+        k, self.chk = bargain_kernel(pkt["ask"], pkt["vwap"], self.w, sel)
         if k:
             idx = sel[:k]
             ctx.send_derived("out", _take(pkt, idx), pkt, idx)
