@@ -207,6 +207,14 @@ class Context:
         ob.append((i, packet))
         return False
 
+    def send_derived(self, port: str, packet, parent_pkt, parent) -> bool:
+        """Send `packet`, whose i-th row was derived from row ``parent[i]`` of the input
+        packet `parent_pkt` (a selection vector, a flat-map's parent index). Inside a
+        parallel region this gives the rows their causes' seqnos
+        (``bobox_sched.stream.seq``); elsewhere it is ``send``."""
+        return _task.send(self.worker, self.op, self.op._bx_outidx[port],
+                          _seq.derive(self, packet, parent_pkt, parent))
+
     def close(self, port: str | None = None) -> None:
         """End of stream on `port` (all outputs if None). Closing a port twice is
         harmless; sending on it afterwards raises :class:`OperatorError`."""
@@ -396,3 +404,4 @@ from . import packet as _packet  # noqa: E402
 from . import task as _task  # noqa: E402
 from .stream import model as _model  # noqa: E402
 from .stream import punct as _punct  # noqa: E402
+from .stream import seq as _seq  # noqa: E402

@@ -125,6 +125,19 @@ class Plan:
     def validate(self) -> None:
         self.instantiate()
 
+    # -- parallel regions (bobox_sched.stream.regions) ------------------------------------
+    def regions(self):
+        """Where this plan may run data-parallel: its parallel regions, each with key,
+        selectivity, ordering strategy and the rule that ended it, and why every other
+        operator is excluded (``bobox_sched.stream.regions.RegionPlan``)."""
+        from .stream.regions import analyze
+
+        return analyze(self)
+
+    def explain_regions(self) -> str:
+        """The parallel regions as text (see ``regions()``)."""
+        return self.regions().explain()
+
 
 def _split(ref: str) -> tuple[str, str | None]:
     if not isinstance(ref, str) or not ref:

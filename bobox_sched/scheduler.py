@@ -137,16 +137,25 @@ class Scheduler:
         self.policy.start()
 
     # -- submitting ----------------------------------------------------------------------
-    def submit(self, plan: Plan, node: int | None = None) -> RequestHandle:
+    def submit(self, plan: Plan, node: int | None = None, parallelism=None, ordering=None) -> RequestHandle:
         """Validate, place and start a request for `plan`. Thread-safe.
 
         `node` forces the first node of the request (experiments: requests arriving on
-        one node); by default the policy places it. Raises ValueError for an invalid
-        plan (naming the operator) and SchedulerShutdown after ``shutdown()``."""
+        one node); by default the policy places it. `parallelism` (an int, or a dict by
+        region) runs the plan's parallel regions as that many channels, `ordering`
+        overrides their mergers' strategies upward (``bobox_sched.stream.fission``).
+        Raises ValueError for an invalid plan (naming the operator) and
+        SchedulerShutdown after ``shutdown()``."""
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
         if self._closing:
             raise SchedulerShutdown("cannot submit: the scheduler is shut down")
+        if parallelism is not None:
+            from .stream.fission import parallelize
+
+            plan = parallelize(plan, degree=parallelism, ordering=ordering)
+        elif ordering is not None:
+            raise ValueError("ordering= needs parallelism=")
         ops, edges = plan.instantiate()  # ValueError for invalid plans
         if node is not None and node not in [n.os_index for n in self.topology.cpu_nodes]:
             raise BoboxError(f"unknown NUMA node {node} for placement")

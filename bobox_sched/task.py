@@ -134,8 +134,11 @@ def _push(op, worker, immediate: bool) -> None:
     """Hand the task of `op` (whose token the caller holds) to the policy."""
     req = op._bx_req
     aff = op._bx_node
-    if aff is not None and (worker is None or worker.node_id != aff):
-        req.policy.push_on(req, op, node=aff)  # the operator lives on another node
+    if aff is not None and (worker is None or worker.node_id != aff or not immediate):
+        # The operator lives on a node (Plan.place): a task for it from elsewhere, or a
+        # deferred one (the request's deferred list is shared with other nodes once the
+        # balancer shares the request), goes to that node's pinned list.
+        req.policy.push_on(req, op, node=aff)
         return
     if immediate and worker is not None:
         req.policy.push_immediate(worker, op)

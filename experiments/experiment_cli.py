@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
+EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all", "regions")
 
 
 def add_arguments(p) -> None:
@@ -48,7 +48,12 @@ def run(args) -> int:
 
     from . import locality
 
-    summary = locality.run_experiment(args)
+    if args.name == "regions":  # parallel regions (seed 001): experiments/regions.py; not part of "all"
+        from . import regions
+
+        summary = regions.run_experiment(args)
+    else:
+        summary = locality.run_experiment(args)
     if args.json:
         print(json.dumps(summary))
     return 0

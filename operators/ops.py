@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from bobox_sched import Operator, Source, StreamOperator
 from bobox_sched.stream import model as M
+from bobox_sched.stream.seq import SEQ
 
 from . import codegen, kernels, released
 from .expr import Col, Compiled, Expr, Field, Schema
@@ -224,13 +225,36 @@ class Filter(StreamOperator):
     selectivity_bound = M.AT_MOST_ONE
     forwarding = M.ALWAYS
     selectivity = None
+    # Inside a parallel region its input carries seqnos (``__seq``): the fused kernel
+    # then copies them with the selected rows (bobox_sched.stream.seq).
+    seq_aware = True
 
     def __init__(self, schema: Schema, predicate: Expr):
         self.schema = schema
+        self.predicate = predicate
         self.pred = Compiled(predicate, schema, "predicate")
         self.fused = codegen.filter_gather(predicate, schema, schema.names)
+        self._seq = None  # (schema + __seq, its fused kernel), made on the first numbered packet
+
+    def _on_numbered(self, ctx, pkt):
+        if self._seq is None:
+            sch = Schema(list(self.schema.fields) + [Field(SEQ, "int", np.dtype(np.int64))])
+            self._seq = (sch, codegen.filter_gather(self.predicate, sch, sch.names))
+        sch, fused = self._seq
+        if fused is None:
+            idx = self.pred(pkt.columns, pkt.nrows).nonzero()[0]
+            if len(idx):
+                send_gather(ctx, "out", sch, pkt.columns, idx)
+            return
+        out = ctx.new_packet(sch.spec, pkt.nrows)
+        m = fused(pkt.columns, [out.columns[name] for name in sch.spec.names])
+        if m:
+            ctx.send("out", out.head(m) if m < pkt.nrows else out)
 
     def on_packet(self, ctx, port, pkt):
+        if SEQ in pkt.columns:
+            self._on_numbered(ctx, pkt)
+            return
         if self.fused is not None:
             spec = self.schema.spec
             out = ctx.new_packet(spec, pkt.nrows)

@@ -157,7 +157,7 @@ def test_models_declared():
     fm = M.model_of(FlatMap(DT, "n"))
     assert fm.state == M.STATELESS and fm.selectivity == M.UNKNOWN and fm.selectivity_range == (0, None)
     assert fm.forwards("x") and not M.model_of(FlatMap(DT, "n", rank="r")).forwards("r")
-    assert Map.carries_hidden and Filter.carries_hidden and FlatMap.carries_hidden
+    assert Map.seq_aware and Filter.seq_aware and FlatMap.seq_aware
 
 
 def test_bad_arguments_are_refused():

@@ -201,6 +201,34 @@ def experiments():
     return summary
 
 
+@check
+def regions_numa():
+    """A partitioned region of 4 channels (Plan.place spreads channel c over node slot c):
+    the node each channel's operator ran on (ctx.node) and where the kernel says its
+    per-channel state's pages are."""
+    import numpy as np
+
+    from bobox_sched import Plan, Scheduler
+    from bobox_sched.stream.fission import parallelize
+    from experiments.region_ops import ArraySource, CountSink, RunningCount
+
+    rng = np.random.default_rng(0)
+    n = 40000
+    cols = {"x": rng.integers(0, 1000, n), "k": rng.integers(0, 4096, n)}
+    report = {}
+    p = Plan("numa-region")
+    p.add("src", ArraySource, cols, (1000,))
+    p.add("cnt", RunningCount, "k", 4096, 64, "x", "cnt", "acc", report)
+    p.add("sink", CountSink, "acc")
+    p.chain("src", "cnt", "sink")
+    with Scheduler() as s:
+        want = s.submit(p).result(600)
+        got = s.submit(parallelize(p, 4)).result(600)
+        nodes = [nd.os_index for nd in s.topology.cpu_nodes]
+    return {"identical": want == got, "rows": got["rows"], "nodes": nodes,
+            "channels": {str(k): v for k, v in report.items() if k != "sequential"}}
+
+
 def main(names):
     for name in names:
         try:

@@ -67,7 +67,7 @@ class Filter(StreamOperator):
     state = M.STATELESS
     selectivity_bound = M.AT_MOST_ONE
     forwarding = M.ALWAYS
-    carries_hidden = True  # outputs go through derive.send_derived
+    seq_aware = True  # outputs go through derive.send_derived: a parallel region may rely on __seq
 
     def __init__(self, schema, predicate: Expr | None = None, *, kernel=None, args=()):
         schema = as_schema(schema)

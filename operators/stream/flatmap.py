@@ -38,7 +38,7 @@ class FlatMap(StreamOperator):
     state = M.STATELESS
     selectivity_bound = M.UNKNOWN
     forwarding = M.ALWAYS
-    carries_hidden = True  # outputs go through derive.send_derived
+    seq_aware = True  # outputs go through derive.send_derived: a parallel region may rely on __seq
 
     def __init__(self, schema, count, *, args=(), expand=None, out=(), rank: str | None = None):
         schema = as_schema(schema)

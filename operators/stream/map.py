@@ -34,7 +34,7 @@ class Map(StreamOperator):
     state = M.STATELESS
     selectivity_bound = M.EXACTLY_ONE
     forwarding = M.ALWAYS
-    carries_hidden = True  # outputs go through derive.send_derived
+    seq_aware = True  # outputs go through derive.send_derived: a parallel region may rely on __seq
     selectivity = 1.0
 
     def __init__(self, schema, exprs=(), *, kernel=None, args=(), out=(), drop=()):

@@ -1,0 +1,139 @@
+"""A parallel region's channels as Spark partitions (``experiments/spark_regions.py``),
+Spark tier: the ordered output equals the sequential bobox run's -- rows and
+punctuations, in order -- in local mode and on a standalone master with two workers on
+127.0.0.1 (channels then run in other processes), with the channels' outputs reaching
+the driver's merger in random interleavings."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bobox_sched import Plan, Scheduler
+from bobox_sched.stream.punct import Window
+from experiments import spark_pipeline as SP
+from experiments.region_ops import ArraySource, FlatMap, Record, RunningCount, Work, WorkFilter, same_output
+from experiments.spark_regions import spark_region_run
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def plans():
+    rng = np.random.default_rng(11)
+    n = 6000
+    cols = {"x": rng.integers(-500, 500, n).astype(np.int64), "k": rng.integers(0, 64, n).astype(np.int64)}
+    marks = [(i, Window(wid=i)) for i in range(0, n, 700)]
+    p = Plan("spark-region")
+    p.add("src", ArraySource, cols, (250, 0, 900), marks)
+    p.add("w", Work, 8)
+    p.add("cnt", RunningCount, "k", 64, 4)
+    p.add("f", WorkFilter, 0, 3, 2)
+    p.add("flat", FlatMap, 2)
+    p.add("sink", Record)
+    p.chain("src", "w", "cnt", "f", "flat", "sink")
+    q = Plan("spark-rr")
+    q.add("src", ArraySource, cols, (300,), marks)
+    q.add("w", Work, 16)
+    q.add("sink", Record)
+    q.chain("src", "w", "sink")
+    return {"relaxed": p, "round_robin": q}
+
+
+@pytest.fixture(scope="module")
+def sched():
+    with Scheduler(threads_per_node=2, pin=False) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def wanted(sched):
+    return {k: sched.submit(p).result(120) for k, p in plans().items()}
+
+
+def check(spark, sched, wanted, degrees=(1, 3)):
+    hosts = set()
+    for name, p in plans().items():
+        for n in degrees:
+            res = spark_region_run(p, n, spark=spark, scheduler=sched, shuffle_arrivals=random.Random(n))
+            assert res["ordering"] == name
+            assert same_output(wanted[name], res["result"]), (name, n)
+            assert sorted(res["hosts"]) == list(range(n))
+            hosts |= set(res["hosts"].values())
+    return hosts
+
+
+def test_local_mode_ordered_output_identical(sched, wanted):
+    spark = SP.spark_session("local[2]")
+    check(spark, sched, wanted)
+    assert len(wanted["relaxed"]["puncts"]) == 9
+
+
+def test_override_and_errors(sched, wanted):
+    from bobox_sched.errors import BoboxError
+
+    spark = SP.spark_session("local[2]")
+    p = plans()["round_robin"]
+    res = spark_region_run(p, 2, spark=spark, scheduler=sched, ordering="strict")
+    assert res["ordering"] == "strict" and same_output(wanted["round_robin"], res["result"])
+    with pytest.raises(BoboxError, match="only up the lattice"):
+        spark_region_run(plans()["relaxed"], 2, spark=spark, scheduler=sched, ordering="seqno")
+
+
+def test_standalone_cluster_on_loopback(sched, wanted, tmp_path):
+    """Master + 2 workers (1 core each) on 127.0.0.1: channels run in the executors'
+    processes, 2 at a time; the driver's merger restores the order."""
+    import pyspark
+    from test_spark import free_port, master_state, spark_class, start
+
+    env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1")
+    port, webui = free_port(), free_port()
+    procs = []
+    spark = None
+    try:
+        procs.append(start([spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                            "--port", port, "--webui-port", webui], tmp_path / "master.log", env))
+        url = f"spark://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                master_state(webui)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "master.log").read_text()[-2000:]
+                time.sleep(0.5)
+        for i in range(2):
+            procs.append(start([spark_class(), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+                                "--cores", 1, "--memory", "1g", "--webui-port", 0, "--work-dir", tmp_path / f"w{i}"],
+                               tmp_path / f"worker{i}.log", env))
+        while master_state(webui).get("aliveworkers", 0) < 2:
+            assert time.monotonic() < deadline, (tmp_path / "worker0.log").read_text()[-2000:]
+            time.sleep(0.5)
+        spark = SP.spark_session(url, executor_cores=1, conf={"spark.executor.memory": "512m"})
+        sc = spark.sparkContext
+        while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:
+            assert time.monotonic() < deadline, "executors did not register"
+            time.sleep(0.2)
+        hosts = check(spark, sched, wanted, degrees=(2, 3))
+        assert hosts and all(not h.endswith(f":{os.getpid()}") for h in hosts)
+        assert len(hosts) == 2  # both executors ran channels
+    finally:
+        if spark is not None:
+            spark.stop()
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
