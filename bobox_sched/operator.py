@@ -355,7 +355,10 @@ class StreamOperator(Operator):
         op_eos = getattr(self, "_eos_done", None)
         if op_eos is None:
             op_eos = self._eos_done = [False] * len(self.inputs)
-        budget = 2 * self._bx_cap
+        # The runtime's fields live on ctx.op: this operator itself, or the bound wrapper
+        # that runs it (a parallel region's channel operator).
+        rt = ctx.op
+        budget = 2 * rt._bx_cap
         for i, port in enumerate(self.inputs):
             for _ in range(budget):
                 if ctx.blocked:
@@ -367,7 +370,7 @@ class StreamOperator(Operator):
                     self.on_packet(ctx, port, pkt)
                 else:
                     self.on_punct(ctx, port, pkt)
-                if self._bx_finishing:
+                if rt._bx_finishing:
                     return  # the callback called ctx.finish(): no callback after that
             if ctx.blocked:
                 return

@@ -191,3 +191,25 @@ def test_derive_gathers_hidden_columns_by_parents():
     assert same[SEQ] is parent[SEQ]
     with pytest.raises(ValueError, match="parents"):
         derive(Ctx(), parent, Packet({"x": np.arange(2)}))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=streams(), degree=st.integers(2, 4))
+def test_row_operators_form_a_parallel_region_with_the_sequential_output(scheds, policy, data, degree):
+    """Filter -> FlatMap -> Map is one stateless region (they declare seq_aware): run as
+    `degree` channels, the output (rows and punctuations, in order) is the sequential one."""
+    _, items = data
+    items = [{k: v for k, v in it.items() if k != SEQ} if isinstance(it, dict) else it for it in items]
+    plan = chain_plan("region", items, DT,
+                      (Filter, (DT, col("x") > -0.3), {}),
+                      (FlatMap, (DT, col("n")), {"rank": "r"}),
+                      (Map, ({**DT, "r": np.int64}, [("y", col("x") * col("r"))]), {}))
+    assert [list(r.ops) for r in plan.regions().regions] == [["op0", "op1", "op2"]], plan.explain_regions()
+    want = scheds[policy].submit(plan).result(timeout=60)
+    got = scheds[policy].submit(plan, parallelism=degree).result(timeout=60)
+    assert puncts(got) == puncts(want)
+    a, b = rows(want, ["k", "x", "n", "r", "y"]), rows(got, ["k", "x", "n", "r", "y"])
+    for c in a:
+        np.testing.assert_array_equal(b[c], a[c])
+    assert not any(SEQ in s for s in got if isinstance(s, dict))  # the last merger strips it
