@@ -17,10 +17,14 @@ the egress sink). A stage owns:
 
 Units (spec A1): one input packet of an SL/SF/sink stage, one non-empty bucket slice of
 an input packet of a PS stage (consecutive serials in bucket order), or one control item
-(a punctuation, an empty packet, end of stream). With ``row_order="exact"`` a PS
-stage's drainer keeps the outputs of a packet's slices until its last slice and emits
-them stable-sorted by input-row ordinal, so egress rows are in the order of a
-single-threaded run; with ``"packet"`` each slice's output leaves at once.
+(a punctuation, an empty packet, end of stream). A PS stage's drainer keeps the outputs
+of a packet's slices until its last slice and emits them as one packet: with
+``row_order="exact"`` stable-sorted by input-row ordinal, so egress rows are in the
+order of a row-at-a-time single-threaded run; with ``"packet"`` concatenated in bucket
+order (no sort; order holds across packets and per key). One output packet per input
+packet in both: the next operators see the chunking of the sequential run, so even an
+operator whose output depends on packet boundaries (a second partitioned one, in
+``"packet"`` order) gives the sequential run's egress.
 
 Who touches what, when:
 
@@ -198,7 +202,13 @@ class Stage:
         self.port = op.inputs[0] if op.inputs else None
         self.serial = serials()
         self.capacity = capacity
+        # window_full="spin": no credits; a worker whose unit is beyond the window retries
+        # (the paper's loop). Its worklists are unbounded as the paper's are: with bounded
+        # ones, workers spinning in one operator while the next one, full, gets no worker
+        # would livelock (spec A4).
         self.spin = window_full == "spin"
+        if self.spin:
+            worklist_cap = 1 << 62
         self.credits = Credits(capacity)
         self.reorder = make_reorder(reorder, capacity, self._emit, self._ready, self._advanced)
         self.waiting: dict = {}
@@ -408,6 +418,8 @@ class Stage:
             if not self.spin:
                 raise RuntimeError(f"ordered stage {self.name!r}: reorder window full with credits (bug)")
             while not rb.send(serial, o):  # window_full="spin": retry as the paper does [L305]
+                if self.req.state is not self.req.ACTIVE:
+                    return
                 time.sleep(0)
 
     def _punct(self, ctx, p) -> list:
@@ -470,7 +482,7 @@ class Stage:
     def _emit(self, o) -> bool:
         """send_downstream(o): its items into the next worklist; False (o keeps its place)
         when that worklist is full. Runs in the exit section only."""
-        if o.slice and self.exact:
+        if o.slice:
             if not o.ended:  # first visit: stash; the packet's last slice emits them all
                 o.ended = True
                 self._gpk.extend(o.items)
@@ -478,7 +490,7 @@ class Stage:
                 if not o.last:
                     o.items = ()
                     return True
-                merged = merge_outputs(self._gpk, self._god, True)
+                merged = merge_outputs(self._gpk, self._god, self.exact)
                 self._gpk = []
                 self._god = []
                 o.items = [merged] if merged is not None else []
@@ -578,6 +590,8 @@ def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list
     for pos, op in enumerate(ops_in_order):
         kind = stage_kind(op, pos)
         declared = op._bx_model.max_parallelism
+        if isinstance(op, PartitionedOperator) and op.row_order is None:
+            op.row_order = options["row_order"]  # also when it runs on one worker (on_packet)
         if kind == STATELESS:
             M = max(1, min(declared, workers))
         elif kind == PARTITIONED:

@@ -180,7 +180,8 @@ class LockReorderBuffer:
                     stuck = True
             else:
                 self.buffer[t] = o  # F2:L10
-                stuck = False
+                # o_next may wait here from a drain a full receiver stopped (A5)
+                stuck = self.next in self.buffer and not self._drain_locked()
         finally:
             lock.release()  # F2:L12
         if stuck and self._ready is not None and self._ready():
