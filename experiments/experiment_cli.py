@@ -1,9 +1,10 @@
 """``bobox experiment NAME``: argument parsing (light); the experiments live in
-``experiments/locality.py``."""
+``experiments/locality.py`` (the Bobox paper's) and ``experiments/ordered.py``
+(``ordered``: Prasaad et al.'s figures 8-14; not part of ``all``)."""
 
 from __future__ import annotations
 
-EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
+EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all", "ordered")
 
 
 def add_arguments(p) -> None:
@@ -20,6 +21,12 @@ def add_arguments(p) -> None:
                    help="worker threads per NUMA node (default: one per CPU)")
     p.add_argument("--virtual-nodes", type=int, default=None, metavar="K",
                    help="balancer on a one-node machine: split its CPUs into K virtual nodes (default 2 there)")
+    p.add_argument("--workers", metavar="LIST", default=None,
+                   help="ordered: worker counts, e.g. 1,2,4 (default 1,2,4,8,12,16 up to the CPUs)")
+    p.add_argument("--rows", type=int, default=None, metavar="N",
+                   help="ordered: input rows per query (default 1000000, 150000 with --quick)")
+    p.add_argument("--figures", metavar="LIST", default=None,
+                   help="ordered: which figures, e.g. 8,9 (default all of 8-14)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -31,11 +38,39 @@ def run(args) -> int:
 
     from . import locality
 
-    for k in ("repeat", "sf", "threads_per_node", "virtual_nodes"):
-        v = getattr(args, k)
+    for k in ("repeat", "sf", "threads_per_node", "virtual_nodes", "rows"):
+        v = getattr(args, k, None)
         if v is not None and v <= 0:
             raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v}")
-    summary = locality.run_experiment(args)
+    if args.name != "ordered":
+        for k in ("workers", "rows", "figures"):
+            if getattr(args, k, None) is not None:
+                raise BoboxError(f"--{k} applies to 'bobox experiment ordered' only")
+        summary = locality.run_experiment(args)
+    else:
+        _check_ordered_args(args)
+        from . import ordered
+
+        summary = ordered.run_experiment(args)
     if args.json:
         print(json.dumps(summary))
     return 0
+
+
+def _check_ordered_args(args) -> None:
+    """Bad --workers/--figures: one-line errors before any work."""
+    from bobox_sched.errors import BoboxError
+
+    from .ordered import FIGURES
+
+    for k, allowed in (("workers", None), ("figures", FIGURES)):
+        v = getattr(args, k, None)
+        if v is None:
+            continue
+        try:
+            xs = [int(x) for x in v.split(",")]
+        except ValueError:
+            raise BoboxError(f"--{k} takes comma-separated integers, got {v!r}") from None
+        if not xs or min(xs) < 1 or (allowed and any(x not in allowed for x in xs)):
+            raise BoboxError(f"--{k}: {v!r} is not a list of " + (f"figures among {', '.join(map(str, allowed))}"
+                                                                  if allowed else "positive integers"))

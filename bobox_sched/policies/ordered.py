@@ -88,8 +88,9 @@ DEFAULT_WINDOW_SLICES = 25
 DEFAULT_QST_ROWS_PER_WORKER = 4 * 4096
 # EWMA weight of a new allotment's statistics.
 DEFAULT_ALPHA = 0.25
-# Reorder window (spec A4: capacity >= workers x quota). Units; a partitioned operator
-# gets it times p (its units are bucket slices, up to p per packet).
+# Reorder window (spec A4: capacity >= workers x quota), in units (packets, or bucket
+# slices). It is also how far the fastest worker may run ahead of the oldest unit still
+# in work: a larger window adds reorder latency (Fig 10) and holds more outputs.
 DEFAULT_CAPACITY_PER_WORKER = 16
 MIN_CAPACITY = 32
 # A source needs no window (one runner, units in order); 4 units ahead is enough to
@@ -293,8 +294,7 @@ class OrderedPolicy(Policy):
         while order[-1].outputs:
             order.append(order[-1]._bx_dst[0][0])
         opts = dict(self.opts)
-        opts.update(capacity=self.capacity, worklist=self.worklist, source_capacity=SOURCE_CAPACITY,
-                    capacity_auto=self.opts["capacity"] is None)
+        opts.update(capacity=self.capacity, worklist=self.worklist, source_capacity=SOURCE_CAPACITY)
         stages = build_chain(self, order, len(self.workers), opts)
         request.e2e_ns = []
         with self._lock:

@@ -611,8 +611,6 @@ def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list
         wl = options["worklist"]
         if kind == SOURCE:
             cap = min(cap, options["source_capacity"])
-        elif kind == PARTITIONED and options["capacity_auto"]:
-            cap = cap * op._partitioning()[1]
         st = Stage(policy, op, pos, kind, M, cap, wl, reorder=options["reorder"], scheme=options["scheme"],
                    row_order=options["row_order"], window_full=options["window_full"])
         op._bx_stage = st

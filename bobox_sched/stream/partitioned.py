@@ -17,6 +17,11 @@ Subclass :class:`PartitionedOperator` and write
   nothing but `state`;
 * optionally ``on_end(ctx)`` (all buckets' states: ``self.bucket_states()``).
 
+What it emits must depend only on each *key*'s rows, as the model's Partitioned(key)
+says, not on which keys share a bucket: then the output is the same for every p and
+partitioner (so PARTITIONED-QUEUE with p = workers and HYBRID-QUEUE with p = 100 give
+the same egress). In particular ``on_end`` should emit in key order, not bucket order.
+
 The same code runs under every policy. Under ``bobox``/``simple`` (and in the sequential
 reference) ``on_packet`` splits each packet into its bucket slices, runs them in bucket
 order and merges the outputs; under ``ordered`` the policy runs the slices on many
