@@ -93,8 +93,11 @@ def _select(n, sel, salt):
     cnt = np.empty(n, np.int64)
     tot = 0
     for i in range(n):
-        h = (np.uint64(i + 1) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(salt)) >> np.uint64(11)
-        extra = 1 if (h % np.uint64(1 << 20)) < np.uint64(f * (1 << 20)) else 0
+        h = np.uint64(i) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(salt)  # splitmix64
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = h ^ (h >> np.uint64(31))
+        extra = 1 if (h >> np.uint64(44)) < np.uint64(f * (1 << 20)) else 0
         cnt[i] = k + extra
         tot += k + extra
     out = np.empty(tot, np.int64)
