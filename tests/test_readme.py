@@ -20,6 +20,7 @@ def test_readme_examples_run(tpch, capsys):
         exec(compile(code.replace('"data/tpch-sf0.1"', repr(str(tpch))), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert str(sum(i * i for i in range(1_000_000))) in out
+    assert "identical to the sequential run: True" in out  # the ordered pipeline
 
 
 def test_readme_quick_start_is_two_commands():
