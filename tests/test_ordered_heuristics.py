@@ -308,3 +308,92 @@ def test_processing_latency_markers_and_decision_cost():
     assert stats["decisions"] > 0 and stats["decision_us_mean"] > 0
     assert [c["operator"] for c in chain] == ["src", "map", "sink"]
     assert chain[1]["M"] == 2 and chain[1]["units"] >= 50
+
+
+# -- NUMA: wake-up preference and state placement ----------------------------------------------
+
+def test_wake_prefers_an_idle_worker_on_the_packets_node():
+    import threading
+    import types
+
+    from bobox_sched.policies.ordered import OrderedPolicy
+
+    class W:
+        def __init__(self, node):
+            self.node_id = node
+            self.released = 0
+            self.park = types.SimpleNamespace(release=self._release)
+
+        def _release(self):
+            self.released += 1
+
+    class Stage:
+        def __init__(self, node):
+            self.node = node
+
+        def head_node(self):
+            return self.node
+
+    for numa, expect in ((True, 0), (False, 1)):
+        ws = [W(0), W(1)]  # idle list: pop() takes the last one without the preference
+        fake = types.SimpleNamespace(_lock=threading.Lock(), idle=list(ws), numa=numa)
+        OrderedPolicy.wake_one(fake, Stage(0))
+        assert [w.released for w in ws] == [1 if i == expect else 0 for i in range(2)]
+        assert fake.idle == [w for i, w in enumerate(ws) if i != expect]
+
+
+def test_bucket_state_moves_to_the_node_of_its_last_owner():
+    from bobox_sched.stream import model as M
+    from bobox_sched.stream.partitioned import PartitionedOperator
+
+    class P(PartitionedOperator):
+        state = M.Partitioned("k")
+        partitions = 4
+
+        def new_state(self):
+            return {"sums": np.zeros(3)}
+
+    op = P()
+    a = op.state_for(2, node=0)
+    assert op.state_for(2, node=0) is a  # same node: the same object
+    a["sums"][0] = 5.0
+    b = op.state_for(2, node=1)  # another node owns the bucket now: a copy made by it
+    assert b is not a and b["sums"] is not a["sums"] and b["sums"][0] == 5.0
+    assert op.state_for(2, node=1) is b and [x for x, _ in op.bucket_states()] == [2]
+
+
+def test_numa_tiebreak_run_on_virtual_nodes():
+    import topology as T
+    from topology.virtual import virtual_topology
+
+    from bobox_sched import Plan, Sink
+    from bobox_sched.stream import model as M
+    from bobox_sched.stream.sources import GeneratorSource
+    from bobox_sched.packet import Packet
+
+    class Map(StreamOperator):
+        state = M.STATELESS
+        max_parallelism = 4
+
+        def on_packet(self, ctx, port, pkt):
+            out = ctx.new_packet({"x": np.int64}, pkt.nrows)  # on this worker's node
+            out["x"][:] = pkt["x"] + 1
+            ctx.send("out", out)
+
+    def make(ctx, i):
+        if i >= 40:
+            return None
+        p = ctx.new_packet({"x": np.int64}, 50)
+        p["x"][:] = np.arange(50) + 50 * i
+        return p
+
+    topo = virtual_topology(T.probe(), 2)
+    plan = Plan("numa")
+    plan.add("src", GeneratorSource, make)
+    plan.add("map", Map)
+    plan.add("sink", Sink)
+    plan.chain("src", "map", "sink")
+    with Scheduler(policy="ordered", topology=topo, threads_per_node=2, pin=False, numa_tiebreak=True) as s:
+        out = s.submit(plan).result(60)
+        assert s.stats()["policy_detail"]["numa_tiebreak"] is True
+    assert np.array_equal(np.concatenate([p["x"] for p in out]), np.arange(2000) + 1)
