@@ -30,6 +30,8 @@ from bobox_sched.stream import model as M
 from bobox_sched.stream.partitioned import PartitionedOperator
 from bobox_sched.stream.punct import Marker
 
+from .ordered_table import Table, upsert
+
 DIM = 4  # the vector has DIM entries; one iteration is 4 rotations (16 multiply-adds)
 
 
@@ -138,25 +140,18 @@ class ParamStateless(StreamOperator):
 
 
 @njit(nogil=True, cache=True)
-def _ps_rows(keys, vals, table, states, iters, size):
-    """Update each row's key state (``table`` maps key -> row of ``states``) with the
-    computation; returns the value per row and the new state rows count."""
+def _ps_rows(keys, vals, tk, ti, tf, meta, iters, size):
+    """Update each row's key state (a row of the bucket's table) with the computation;
+    the value per row."""
     n = keys.shape[0]
     out = np.empty(n)
-    used = 0
     for i in range(n):
-        k = keys[i]
-        if k in table:
-            r = table[k]
-        else:
-            r = len(table)
-            table[k] = r
-        x = _iterate(vals[i] + states[r, 0], iters)
+        r, _ = upsert(tk, ti, tf, meta, keys[i])
+        x = _iterate(vals[i] + tf[r, 0], iters)
         for j in range(size):
-            states[r, j] = 0.5 * states[r, j] + 0.5 * x
+            tf[r, j] = 0.5 * tf[r, j] + 0.5 * x
         out[i] = x
-        used = len(table)
-    return out, used
+    return out
 
 
 class ParamPartitioned(PartitionedOperator):
@@ -176,28 +171,20 @@ class ParamPartitioned(PartitionedOperator):
         self.salt = salt
 
     def new_state(self):
-        from numba import types
-        from numba.typed import Dict
+        return Table(iwidth=1, fwidth=self.state_size)
 
-        return {"table": Dict.empty(types.int64, types.int64), "states": np.zeros((64, self.state_size))}
-
-    def on_slice(self, ctx, rows, state, emit):
+    def on_slice(self, ctx, rows, table, emit):
         keys = np.asarray(rows["k"], dtype=np.int64)
-        need = len(state["table"]) + len(keys)
-        if need > state["states"].shape[0]:  # grow the key states (amortised doubling)
-            grown = np.zeros((max(need, 2 * state["states"].shape[0]), self.state_size))
-            grown[: state["states"].shape[0]] = state["states"]
-            state["states"] = grown
-        v, _ = _ps_rows(keys, np.asarray(rows["v"], dtype=np.float64), state["table"], state["states"], self.iters,
-                        self.state_size)
+        table.reserve(len(keys))
+        v = _ps_rows(keys, np.asarray(rows["v"], dtype=np.float64), *table.arrays(), self.iters, self.state_size)
         if self.sel == 1.0:
             emit(Packet({"k": keys, "v": v}, len(keys)))
             return
         parent = _select(len(keys), self.sel, self.salt + len(keys))
         emit(Packet({"k": np.take(keys, parent), "v": np.take(v, parent)}, len(parent)), parent)
 
-    def relocate_state(self, state):
-        return {"table": state["table"], "states": state["states"].copy()}
+    def relocate_state(self, table):
+        return table.copy()
 
 
 class Replay(Source):

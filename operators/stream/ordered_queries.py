@@ -17,7 +17,8 @@ Q     chain                                       what it computes
 ====  ==========================================  =======================================
 
 Every operator's per-row work is a numba ``nogil`` kernel over its packet or bucket
-slice; partitioned state lives in numba typed dicts per bucket. Parameters follow the
+slice; partitioned state lives in one hash table of numpy arrays per bucket
+(``ordered_table.Table``). Parameters follow the
 TPCx-BB reference queries (stores {10, 20, 33, 40, 50} and categories {1, 2, 3} in Q1,
 item 10001 in Q2 and Q3, store 10 in Q15), with thresholds lowered for synthetic data
 (Q1 keeps pairs seen >= 3 times in an hour). Q15 regresses net paid on the hour of
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.typed import Dict, List
+from numba.typed import Dict
 
 from bobox_sched import Plan, StreamOperator
 from bobox_sched.packet import Packet
@@ -45,6 +46,7 @@ from bobox_sched.stream.partitioned import PartitionedOperator
 
 from .ordered_gen import HOT_ITEM, MAX_BASKET, clickstream, store_sales
 from .ordered_micro import DigestSink, Replay, burn, iterations_for
+from .ordered_table import TOMB, Table, delete, upsert
 
 QUERIES = ("q1", "q2", "q3", "q4", "q15")
 STREAM_OF = {"q1": "ss", "q2": "wc", "q3": "wc", "q4": "wc", "q15": "ss"}
@@ -58,7 +60,6 @@ Q3_CATEGORIES = (2, 3)
 Q15_STORE = 10
 
 _I64 = types.int64
-_LIST = types.ListType(_I64)
 
 
 def _i64(a):
@@ -112,13 +113,13 @@ def _grow(a, m):
 
 
 @njit(nogil=True, cache=True)
-def _count_rows(keys, counts):
-    """counts[key] += 1 per row; the new count of every row."""
+def _count_rows(keys, tk, ti, tf, meta):
+    """count[key] += 1 per row (the bucket's table); the new count of every row."""
     out = np.empty(keys.shape[0], np.int64)
     for i in range(keys.shape[0]):
-        c = counts.get(keys[i], 0) + 1
-        counts[keys[i]] = c
-        out[i] = c
+        s, _ = upsert(tk, ti, tf, meta, keys[i])
+        ti[s, 0] += 1
+        out[i] = ti[s, 0]
     return out
 
 
@@ -150,11 +151,15 @@ class ItemCounts(_PS):
         self._init_ps(cost_us, partitions)
 
     def new_state(self):
-        return Dict.empty(_I64, _I64)
+        return Table(1)
 
-    def slice(self, rows, counts, emit):
+    def slice(self, rows, table, emit):
         item = _i64(rows["item"])
-        emit(Packet({"item": item, "count": _count_rows(item, counts)}, len(item)))
+        table.reserve(len(item))
+        emit(Packet({"item": item, "count": _count_rows(item, *table.arrays())}, len(item)))
+
+    def relocate_state(self, table):
+        return table.copy()
 
 
 @njit(nogil=True, cache=True)
@@ -204,32 +209,32 @@ class Q1Filter(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q1_baskets(ticket, item, ts, items, hours):
-    """Per ticket, the items seen so far (``items``: ticket -> list); a new item of a
-    ticket pairs with each earlier, different item: (min, max, the ticket's hour),
-    caused by the new item's row. Per key only, so independent of the bucketing."""
+def _q1_baskets(ticket, item, ts, tk, ti, tf, meta):
+    """Per ticket (a row of the table: [hour, n, items...]), the items seen so far; a new
+    item of a ticket pairs with each earlier, different item: (min, max, the ticket's
+    hour), caused by the new item's row. Per key only: independent of the bucketing."""
     n = ticket.shape[0]
     oa = np.empty(16, np.int64)
     ob = np.empty(16, np.int64)
     oh = np.empty(16, np.int64)
     op = np.empty(16, np.int64)
     m = 0
+    cap = ti.shape[1] - 2
     for i in range(n):
-        t = ticket[i]
+        s, new = upsert(tk, ti, tf, meta, ticket[i])
+        if new:
+            ti[s, 0] = ts[i] // 3600
         x = item[i]
-        if t not in items:
-            items[t] = List.empty_list(_I64)
-            hours[t] = ts[i] // 3600
-        lst = items[t]
+        k = ti[s, 1]
         dup = False
-        for y in lst:
-            if y == x:
+        for j in range(k):
+            if ti[s, 2 + j] == x:
                 dup = True
                 break
         if dup:
             continue
-        h = hours[t]
-        for y in lst:
+        for j in range(k):
+            y = ti[s, 2 + j]
             if m >= oa.shape[0]:
                 oa = _grow(oa, m)
                 ob = _grow(ob, m)
@@ -237,25 +242,22 @@ def _q1_baskets(ticket, item, ts, items, hours):
                 op = _grow(op, m)
             oa[m] = min(x, y)
             ob[m] = max(x, y)
-            oh[m] = h
+            oh[m] = ti[s, 0]
             op[m] = i
             m += 1
-        if len(lst) < MAX_BASKET:
-            lst.append(x)
+        if k < cap:
+            ti[s, 2 + k] = x
+            ti[s, 1] = k + 1
     return oa[:m], ob[:m], oh[:m], op[:m]
 
 
 @njit(nogil=True, cache=True)
-def _forget_before(items, hours, hour):
+def _forget_before(tk, ti, meta, hour):
     """Drop the tickets of hours before `hour` (a ticket's rows are consecutive in the
     stream, so an old ticket gets no more items; bounds the state)."""
-    old = List.empty_list(_I64)
-    for t, h in hours.items():
-        if h < hour:
-            old.append(t)
-    for t in old:
-        del items[t]
-        del hours[t]
+    for s in range(tk.shape[0]):
+        if tk[s] > TOMB and ti[s, 0] < hour:
+            delete(tk, meta, s)
 
 
 class Q1Baskets(_PS):
@@ -268,20 +270,25 @@ class Q1Baskets(_PS):
         self._init_ps(cost_us, partitions)
 
     def new_state(self):
-        return (Dict.empty(_I64, _LIST), Dict.empty(_I64, _I64))
+        return Table(2 + MAX_BASKET)
 
-    def slice(self, rows, state, emit):
+    def slice(self, rows, table, emit):
         ts = _i64(rows["ts"])
-        a, b, h, parent = _q1_baskets(_i64(rows["ticket"]), _i64(rows["item"]), ts, state[0], state[1])
-        if len(state[1]) > 4096:
-            _forget_before(state[0], state[1], ts[-1] // 3600 - 1)
+        if len(table) > 4096:
+            _forget_before(table.keys, table.ivals, table.meta, ts[0] // 3600 - 1)
+        table.reserve(len(ts))
+        a, b, h, parent = _q1_baskets(_i64(rows["ticket"]), _i64(rows["item"]), ts, *table.arrays())
         emit(Packet({"a": a, "b": b, "hour": h}, len(a)), parent)
+
+    def relocate_state(self, table):
+        return table.copy()
 
 
 @njit(nogil=True, cache=True)
-def _q1_pairs(a, b, hour, counts, hours, min_count):
-    """Count per pair in its current hour; a row of a later hour for that pair first
-    emits (pair, hour, count) if the count reached `min_count` (caused by that row)."""
+def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
+    """Count per pair ([hour, count]) in its current hour; a row of a later hour for that
+    pair first emits (pair, hour, count) if the count reached `min_count` (caused by that
+    row)."""
     n = a.shape[0]
     opair = np.empty(16, np.int64)
     oh = np.empty(16, np.int64)
@@ -290,8 +297,11 @@ def _q1_pairs(a, b, hour, counts, hours, min_count):
     m = 0
     for i in range(n):
         k = (a[i] << 21) | b[i]
-        if k in hours and hours[k] != hour[i]:
-            c = counts[k]
+        s, new = upsert(tk, ti, tf, meta, k)
+        if new:
+            ti[s, 0] = hour[i]
+        elif ti[s, 0] != hour[i]:
+            c = ti[s, 1]
             if c >= min_count:
                 if m >= opair.shape[0]:
                     opair = _grow(opair, m)
@@ -299,33 +309,14 @@ def _q1_pairs(a, b, hour, counts, hours, min_count):
                     oc = _grow(oc, m)
                     op = _grow(op, m)
                 opair[m] = k
-                oh[m] = hours[k]
+                oh[m] = ti[s, 0]
                 oc[m] = c
                 op[m] = i
                 m += 1
-            counts[k] = 0
-        hours[k] = hour[i]
-        counts[k] = counts.get(k, 0) + 1
+            ti[s, 0] = hour[i]
+            ti[s, 1] = 0
+        ti[s, 1] += 1
     return opair[:m], oh[:m], oc[:m], op[:m]
-
-
-@njit(nogil=True, cache=True)
-def _q1_flush(counts, hours, min_count):
-    n = 0
-    for k, c in counts.items():
-        if c >= min_count:
-            n += 1
-    opair = np.empty(n, np.int64)
-    oh = np.empty(n, np.int64)
-    oc = np.empty(n, np.int64)
-    m = 0
-    for k, c in counts.items():
-        if c >= min_count:
-            opair[m] = k
-            oh[m] = hours[k]
-            oc[m] = c
-            m += 1
-    return opair, oh, oc
 
 
 class Q1PairCounts(_PS):
@@ -340,16 +331,24 @@ class Q1PairCounts(_PS):
         self.min_count = min_count
 
     def new_state(self):
-        return (Dict.empty(_I64, _I64), Dict.empty(_I64, _I64))
+        return Table(2)
 
-    def slice(self, rows, state, emit):
-        pair, h, c, parent = _q1_pairs(_i64(rows["a"]), _i64(rows["b"]), _i64(rows["hour"]), state[0], state[1],
-                                       self.min_count)
+    def slice(self, rows, table, emit):
+        a = _i64(rows["a"])
+        table.reserve(len(a))
+        pair, h, c, parent = _q1_pairs(a, _i64(rows["b"]), _i64(rows["hour"]), *table.arrays(), self.min_count)
         emit(Packet({"pair": pair, "hour": h, "count": c}, len(pair)), parent)
 
+    def relocate_state(self, table):
+        return table.copy()
+
     def on_end(self, ctx):
-        parts = [_q1_flush(cnt, hrs, self.min_count) for _, (cnt, hrs) in self.bucket_states()]
-        out = _by_key([{"pair": p, "hour": h, "count": c} for p, h, c in parts], "pair")
+        parts = []
+        for _, t in self.bucket_states():
+            s = t.live_slots()
+            s = s[t.ivals[s, 1] >= self.min_count]
+            parts.append({"pair": t.keys[s], "hour": t.ivals[s, 0], "count": t.ivals[s, 1]})
+        out = _by_key(parts, "pair")
         if out is not None:
             ctx.send("out", out)
 
@@ -410,54 +409,41 @@ class Q2Clean(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q2_sessions(user, item, ts, last, seq, items, timeout):
-    """Sessionize by user: a click more than `timeout` s after the user's last one closes
-    the session: (session id, item) for its items, caused by that click."""
+def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
+    """Sessionize by user ([last ts, session number, n, items...]): a click more than
+    `timeout` s after the user's last one closes the session: (session id, item) for its
+    items, caused by that click. A session keeps its first SESSION_ITEMS items."""
     n = user.shape[0]
     osid = np.empty(16, np.int64)
     oit = np.empty(16, np.int64)
     op = np.empty(16, np.int64)
     m = 0
+    cap = ti.shape[1] - 3
     for i in range(n):
         u = user[i]
-        if u in last:
-            if ts[i] - last[u] > timeout:
-                lst = items[u]
-                sid = (u << 20) | seq[u]
-                for x in lst:
-                    if m >= osid.shape[0]:
-                        osid = _grow(osid, m)
-                        oit = _grow(oit, m)
-                        op = _grow(op, m)
-                    osid[m] = sid
-                    oit[m] = x
-                    op[m] = i
-                    m += 1
-                lst.clear()
-                seq[u] = seq[u] + 1
-        else:
-            items[u] = List.empty_list(_I64)
-            seq[u] = 0
-        items[u].append(item[i])
-        last[u] = ts[i]
+        s, new = upsert(tk, ti, tf, meta, u)
+        if not new and ts[i] - ti[s, 0] > timeout:
+            sid = (u << 20) | ti[s, 1]
+            for j in range(ti[s, 2]):
+                if m >= osid.shape[0]:
+                    osid = _grow(osid, m)
+                    oit = _grow(oit, m)
+                    op = _grow(op, m)
+                osid[m] = sid
+                oit[m] = ti[s, 3 + j]
+                op[m] = i
+                m += 1
+            ti[s, 1] += 1
+            ti[s, 2] = 0
+        k = ti[s, 2]
+        if k < cap:
+            ti[s, 3 + k] = item[i]
+            ti[s, 2] = k + 1
+        ti[s, 0] = ts[i]
     return osid[:m], oit[:m], op[:m]
 
 
-@njit(nogil=True, cache=True)
-def _flush_sessions(seq, items):
-    n = 0
-    for u, lst in items.items():
-        n += len(lst)
-    osid = np.empty(n, np.int64)
-    oit = np.empty(n, np.int64)
-    m = 0
-    for u, lst in items.items():
-        sid = (u << 20) | seq[u]
-        for x in lst:
-            osid[m] = sid
-            oit[m] = x
-            m += 1
-    return osid, oit
+SESSION_ITEMS = 64
 
 
 class Q2Sessions(_PS):
@@ -470,19 +456,25 @@ class Q2Sessions(_PS):
         self._init_ps(cost_us, partitions)
 
     def new_state(self):
-        return (Dict.empty(_I64, _I64), Dict.empty(_I64, _I64), Dict.empty(_I64, _LIST))
+        return Table(3 + SESSION_ITEMS)
 
-    def slice(self, rows, state, emit):
-        sid, it, parent = _q2_sessions(_i64(rows["user"]), _i64(rows["item"]), _i64(rows["ts"]), state[0], state[1],
-                                       state[2], SESSION_TIMEOUT)
+    def slice(self, rows, table, emit):
+        user = _i64(rows["user"])
+        table.reserve(len(user))
+        sid, it, parent = _q2_sessions(user, _i64(rows["item"]), _i64(rows["ts"]), *table.arrays(), SESSION_TIMEOUT)
         emit(Packet({"session": sid, "item": it}, len(sid)), parent)
 
+    def relocate_state(self, table):
+        return table.copy()
+
     def on_end(self, ctx):
-        parts = []
-        for _, (last, seq, items) in self.bucket_states():
-            sid, it = _flush_sessions(seq, items)
-            parts.append({"session": sid, "item": it})
-        out = _by_key(parts, "session")  # stable: a session's items stay in click order
+        sids, items = [], []
+        for _, t in self.bucket_states():
+            for s in t.live_slots():
+                k = int(t.ivals[s, 2])
+                sids.append(np.full(k, (int(t.keys[s]) << 20) | int(t.ivals[s, 1]), np.int64))
+                items.append(t.ivals[s, 3:3 + k])
+        out = _by_key([{"session": np.concatenate(sids), "item": np.concatenate(items)}] if sids else [], "session")
         if out is not None:
             ctx.send("out", out)
 
@@ -530,30 +522,31 @@ class Q3Project(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q3_views(user, ts, item, sales, cat, nv, vitem, vts, vcat, hot, window, c1, c2):
-    """Last 5 views per user (ring); a purchase of `hot` emits the viewed items of
-    categories c1/c2 from the last `window` seconds, newest first."""
+def _q3_views(user, ts, item, sales, cat, tk, ti, tf, meta, hot, window, c1, c2):
+    """Last 5 views per user (a ring: [n, items x5, ts x5, categories x5]); a purchase of
+    `hot` emits the viewed items of categories c1/c2 from the last `window` seconds,
+    newest first."""
     n = user.shape[0]
     oit = np.empty(16, np.int64)
     op = np.empty(16, np.int64)
     m = 0
     for i in range(n):
-        u = user[i]
-        k = nv.get(u, 0)
+        s, _ = upsert(tk, ti, tf, meta, user[i])
+        k = ti[s, 0]
         if sales[i] < 0:
-            slot = (u << 3) | (k % 5)
-            vitem[slot] = item[i]
-            vts[slot] = ts[i]
-            vcat[slot] = cat[i]
-            nv[u] = k + 1
+            j = k % 5
+            ti[s, 1 + j] = item[i]
+            ti[s, 6 + j] = ts[i]
+            ti[s, 11 + j] = cat[i]
+            ti[s, 0] = k + 1
         elif item[i] == hot:
             for back in range(min(k, 5)):
-                slot = (u << 3) | ((k - 1 - back) % 5)
-                if ts[i] - vts[slot] <= window and (vcat[slot] == c1 or vcat[slot] == c2):
+                j = (k - 1 - back) % 5
+                if ts[i] - ti[s, 6 + j] <= window and (ti[s, 11 + j] == c1 or ti[s, 11 + j] == c2):
                     if m >= oit.shape[0]:
                         oit = _grow(oit, m)
                         op = _grow(op, m)
-                    oit[m] = vitem[slot]
+                    oit[m] = ti[s, 1 + j]
                     op[m] = i
                     m += 1
     return oit[:m], op[:m]
@@ -567,13 +560,18 @@ class Q3LastViews(_PS):
         self._init_ps(cost_us, partitions)
 
     def new_state(self):
-        return tuple(Dict.empty(_I64, _I64) for _ in range(4))
+        return Table(16)
 
-    def slice(self, rows, st, emit):
-        it, parent = _q3_views(_i64(rows["user"]), _i64(rows["ts"]), _i64(rows["item"]), _i64(rows["sales"]),
-                               _i64(rows["category"]), st[0], st[1], st[2], st[3], HOT_ITEM, Q3_WINDOW,
-                               Q3_CATEGORIES[0], Q3_CATEGORIES[1])
+    def slice(self, rows, table, emit):
+        user = _i64(rows["user"])
+        table.reserve(len(user))
+        it, parent = _q3_views(user, _i64(rows["ts"]), _i64(rows["item"]), _i64(rows["sales"]),
+                               _i64(rows["category"]), *table.arrays(), HOT_ITEM, Q3_WINDOW, Q3_CATEGORIES[0],
+                               Q3_CATEGORIES[1])
         emit(Packet({"item": it}, len(it)), parent)
+
+    def relocate_state(self, table):
+        return table.copy()
 
 
 # ---------------------------------------------------------------------------------------
@@ -597,54 +595,39 @@ class Q4Clicks(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q4_sessions(user, ts, ptype, last, pages, ldyn, lord, timeout):
-    """Sessionize by user; a closed session emits (abandoned, pages): abandoned when its
-    last dynamic (add-to-cart) click came after its last order click."""
+def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
+    """Sessionize by user ([last ts, pages, last dynamic ts, last order ts]); a closed
+    session emits (abandoned, pages): abandoned when its last dynamic (add-to-cart) click
+    came after its last order click."""
     n = user.shape[0]
     oab = np.empty(16, np.int64)
     opg = np.empty(16, np.int64)
     op = np.empty(16, np.int64)
     m = 0
     for i in range(n):
-        u = user[i]
-        if u in last and ts[i] - last[u] > timeout:
+        s, new = upsert(tk, ti, tf, meta, user[i])
+        if new:
+            ti[s, 2] = -1
+            ti[s, 3] = -1
+        elif ts[i] - ti[s, 0] > timeout:
             if m >= oab.shape[0]:
                 oab = _grow(oab, m)
                 opg = _grow(opg, m)
                 op = _grow(op, m)
-            oab[m] = 1 if ldyn[u] > lord[u] else 0
-            opg[m] = pages[u]
+            oab[m] = 1 if ti[s, 2] > ti[s, 3] else 0
+            opg[m] = ti[s, 1]
             op[m] = i
             m += 1
-            pages[u] = 0
-            ldyn[u] = -1
-            lord[u] = -1
-        elif u not in last:
-            pages[u] = 0
-            ldyn[u] = -1
-            lord[u] = -1
-        pages[u] += 1
+            ti[s, 1] = 0
+            ti[s, 2] = -1
+            ti[s, 3] = -1
+        ti[s, 1] += 1
         if ptype[i] == 1:
-            ldyn[u] = ts[i]
+            ti[s, 2] = ts[i]
         elif ptype[i] == 2:
-            lord[u] = ts[i]
-        last[u] = ts[i]
+            ti[s, 3] = ts[i]
+        ti[s, 0] = ts[i]
     return oab[:m], opg[:m], op[:m]
-
-
-@njit(nogil=True, cache=True)
-def _q4_flush(pages, ldyn, lord):
-    n = len(pages)
-    ou = np.empty(n, np.int64)
-    oab = np.empty(n, np.int64)
-    opg = np.empty(n, np.int64)
-    m = 0
-    for u, pg in pages.items():
-        ou[m] = u
-        oab[m] = 1 if ldyn[u] > lord[u] else 0
-        opg[m] = pg
-        m += 1
-    return ou, oab, opg
 
 
 class Q4Sessions(_PS):
@@ -655,18 +638,23 @@ class Q4Sessions(_PS):
         self._init_ps(cost_us, partitions)
 
     def new_state(self):
-        return tuple(Dict.empty(_I64, _I64) for _ in range(4))
+        return Table(4)
 
-    def slice(self, rows, st, emit):
-        ab, pg, parent = _q4_sessions(_i64(rows["user"]), _i64(rows["ts"]), _i64(rows["ptype"]), st[0], st[1], st[2],
-                                      st[3], SESSION_TIMEOUT)
+    def slice(self, rows, table, emit):
+        user = _i64(rows["user"])
+        table.reserve(len(user))
+        ab, pg, parent = _q4_sessions(user, _i64(rows["ts"]), _i64(rows["ptype"]), *table.arrays(), SESSION_TIMEOUT)
         emit(Packet({"abandoned": ab, "pages": pg}, len(ab)), parent)
+
+    def relocate_state(self, table):
+        return table.copy()
 
     def on_end(self, ctx):
         parts = []
-        for _, st in self.bucket_states():
-            u, ab, pg = _q4_flush(st[1], st[2], st[3])
-            parts.append({"user": u, "abandoned": ab, "pages": pg})
+        for _, t in self.bucket_states():
+            s = t.live_slots()
+            parts.append({"user": t.keys[s], "abandoned": (t.ivals[s, 2] > t.ivals[s, 3]).astype(np.int64),
+                          "pages": t.ivals[s, 1]})
         out = _by_key(parts, "user")
         if out is not None:
             ctx.send("out", Packet({"abandoned": out["abandoned"], "pages": out["pages"]}))
