@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
                    help="ordered: input rows per query (default 1000000, 150000 with --quick)")
     p.add_argument("--figures", metavar="LIST", default=None,
                    help="ordered: which figures, e.g. 8,9 (default all of 8-14)")
+    p.add_argument("--emulate", action="store_true",
+                   help="ordered: operators sleep their per-row cost instead of computing it (a core per worker)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -43,8 +45,8 @@ def run(args) -> int:
         if v is not None and v <= 0:
             raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v}")
     if args.name != "ordered":
-        for k in ("workers", "rows", "figures"):
-            if getattr(args, k, None) is not None:
+        for k in ("workers", "rows", "figures", "emulate"):
+            if getattr(args, k, None) not in (None, False):
                 raise BoboxError(f"--{k} applies to 'bobox experiment ordered' only")
         summary = locality.run_experiment(args)
     else:

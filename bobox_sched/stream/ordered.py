@@ -351,11 +351,11 @@ class Stage:
         def stop():
             return req.state is not active
 
+        take = self._take_credit if self.spin else self.credits.take
         if self.queues is not None:
             if self.is_partitioned_queues:
                 return self.queues.consume(self.window_ok, run, quota, stop, ctx.worker.id)
-            return self.queues.consume(self._take_credit, self.credits.give, run, quota, stop, ctx.worker.id)
-        take = self._take_credit
+            return self.queues.consume(take, self.credits.give, run, quota, stop, ctx.worker.id)
         wl = self.worklist
         n = 0
         while n < quota:
@@ -392,7 +392,10 @@ class Stage:
                 pk: list = []
                 od: list = []
                 ctx._out = None
-                op.on_slice(ctx, item, op.state_for(b, ctx.worker.node_id), SliceCollector(ords, item.nrows, pk, od))
+                st = op._bx_states[b]  # fast path of state_for: made, and on this node
+                if st is None or op._bx_state_node[b] != ctx.worker.node_id:
+                    st = op.state_for(b, ctx.worker.node_id)
+                op.on_slice(ctx, item, st, SliceCollector(ords, item.nrows, pk, od))
                 o.items = pk
                 o.ords = od
                 o.last = last

@@ -79,6 +79,31 @@ def ns_per_iteration() -> float:
     return _NS_PER_ITER
 
 
+COST_MODES = ("compute", "sleep")
+
+
+class Cost:
+    """`us` microseconds of work per row: ``"compute"`` runs the calibrated computation
+    (a nogil kernel: needs a free core per worker to run in parallel); ``"sleep"``
+    sleeps that long instead (releases the GIL and needs no core: it emulates a machine
+    with a core per worker, so scheduling effects show on a small or busy machine; the
+    values computed are then those of one iteration)."""
+
+    __slots__ = ("us", "mode", "iters")
+
+    def __init__(self, us: float, mode: str = "compute"):
+        if mode not in COST_MODES:
+            raise ValueError(f"cost mode must be one of {', '.join(COST_MODES)}, got {mode!r}")
+        self.us = float(us)
+        self.mode = mode
+        self.iters = 1 if mode == "sleep" else iterations_for(self.us)
+
+    def spend(self, rows: int) -> None:
+        """The sleep of `rows` rows (compute mode: nothing, the kernel does the work)."""
+        if self.mode == "sleep" and rows and self.us > 0:
+            time.sleep(rows * self.us * 1e-6)
+
+
 def iterations_for(cost_us: float) -> int:
     """Iterations that cost about `cost_us` microseconds per row."""
     if cost_us <= 0:
@@ -118,13 +143,16 @@ class ParamStateless(StreamOperator):
     state = M.STATELESS
     max_parallelism = 1 << 20
 
-    def __init__(self, cost_us: float = 10.0, selectivity: float = 1.0, width: int = 0, salt: int = 1):
-        self.iters = iterations_for(cost_us)
+    def __init__(self, cost_us: float = 10.0, selectivity: float = 1.0, width: int = 0, salt: int = 1,
+                 cost_mode: str = "compute"):
+        self.cost = Cost(cost_us, cost_mode)
+        self.iters = self.cost.iters
         self.sel = float(selectivity)
         self.width = width
         self.salt = salt
 
     def on_packet(self, ctx, port, pkt):
+        self.cost.spend(pkt.nrows)
         v = burn(np.asarray(pkt["v"], dtype=np.float64), self.iters)
         if self.sel == 1.0:
             cols = {"k": pkt["k"], "v": v}
@@ -161,8 +189,9 @@ class ParamPartitioned(PartitionedOperator):
     state = M.Partitioned("k")
 
     def __init__(self, cost_us: float = 10.0, state_size: int = 4, selectivity: float = 1.0, partitions: int = 100,
-                 partitioner: str = "hash", key_range=None, salt: int = 2):
-        self.iters = iterations_for(cost_us)
+                 partitioner: str = "hash", key_range=None, salt: int = 2, cost_mode: str = "compute"):
+        self.cost = Cost(cost_us, cost_mode)
+        self.iters = self.cost.iters
         self.state_size = max(1, int(state_size))
         self.sel = float(selectivity)
         self.partitions = partitions
@@ -175,6 +204,7 @@ class ParamPartitioned(PartitionedOperator):
 
     def on_slice(self, ctx, rows, table, emit):
         keys = np.asarray(rows["k"], dtype=np.int64)
+        self.cost.spend(len(keys))
         table.reserve(len(keys))
         v = _ps_rows(keys, np.asarray(rows["v"], dtype=np.float64), *table.arrays(), self.iters, self.state_size)
         if self.sel == 1.0:
@@ -238,5 +268,5 @@ class DigestSink(Sink):
         ctx.set_result({"rows": self.rows, "digest": d.hexdigest()})
 
 
-__all__ = ["DigestSink", "ParamPartitioned", "ParamStateless", "Replay", "burn", "iterations_for",
+__all__ = ["COST_MODES", "Cost", "DigestSink", "ParamPartitioned", "ParamStateless", "Replay", "burn", "iterations_for",
            "ns_per_iteration"]

@@ -35,6 +35,8 @@ queries; set them to 0 for the bare operators.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import njit, types
 from numba.typed import Dict
@@ -67,15 +69,20 @@ def _i64(a):
 
 
 class _Costly:
-    """Mixin: the per-row computation of `cost_us` (module doc)."""
+    """Mixin: the per-row computation of `cost_us` (module doc); ``cost_mode="sleep"``
+    sleeps instead (``ordered_micro.Cost``)."""
+
+    cost_mode = "compute"
 
     def _set_cost(self, cost_us):
         self.cost_us = float(cost_us)
-        self._iters = iterations_for(self.cost_us) if self.cost_us > 0 else 0
+        self._iters = iterations_for(self.cost_us) if self.cost_us > 0 and self.cost_mode == "compute" else 0
 
     def _work(self, col):
         if self._iters:
             burn(np.asarray(col, dtype=np.float64), self._iters)
+        elif self.cost_mode == "sleep" and self.cost_us > 0 and len(col):
+            time.sleep(len(col) * self.cost_us * 1e-6)
 
 
 class _SL(_Costly, StreamOperator):
@@ -769,8 +776,19 @@ class Q15Regression(_PS):
 # ---------------------------------------------------------------------------------------
 # plans
 
-def chain_of(query: str, costs: dict | None = None, partitions: int | None = None) -> list:
+def _with_mode(factory, mode):
+    if mode == "compute":
+        return factory
+    return type(factory.__name__, (factory,), {"cost_mode": mode})
+
+
+def chain_of(query: str, costs: dict | None = None, partitions: int | None = None,
+             cost_mode: str = "compute") -> list:
     """[(name, factory, kwargs)] of a query's operators (without source and sink)."""
+    return [(n, _with_mode(f, cost_mode), kw) for n, f, kw in _chain(query, costs, partitions)]
+
+
+def _chain(query, costs, partitions):
     c = dict(DEFAULT_COSTS)
     c.update(costs or {})
     first, ps, other = c["first"], c["partitioned"], c["other"]
@@ -804,12 +822,12 @@ def stream_for(query: str, rows: int, seed: int = 0) -> dict:
 
 
 def query_plan(query: str, data: dict, rows_per_packet: int = 8192, marker_every: int = 4,
-               costs: dict | None = None, partitions: int | None = None) -> Plan:
+               costs: dict | None = None, partitions: int | None = None, cost_mode: str = "compute") -> Plan:
     """Replay(data) -> the query's chain -> DigestSink, as a Plan."""
     plan = Plan(query)
     plan.add("source", Replay, data, rows_per_packet, marker_every)
     names = ["source"]
-    for name, factory, kw in chain_of(query, costs, partitions):
+    for name, factory, kw in chain_of(query, costs, partitions, cost_mode):
         plan.add(name, factory, **kw)
         names.append(name)
     plan.add("egress", DigestSink)
