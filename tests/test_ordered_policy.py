@@ -264,3 +264,73 @@ def test_stateless_operator_runs_on_several_workers_at_once():
         out = s.submit(plan).result(WAIT_S)
     assert [int(p["x"][0]) for p in out] == list(range(60))
     assert not guard.violations and 2 <= guard.peak <= 3
+
+
+# ---------------------------------------------------------------------------------------
+# many requests at once, failures, cancellation
+
+def test_concurrent_requests_each_ordered(rich):
+    items, refs = rich
+    chains = [RICH_CHAIN, [("sl", "flatmap", {"fan": 4}), ("ps", {"partitions": 5})], [("sf",), ("sl", "map")]]
+    expect = [refs["exact"]] + [sequential(c, items) for c in chains[1:]]
+    with Scheduler(policy="ordered", threads_per_node=3, pin=False, capacity=4) as s:
+        hs = [(k, s.submit(build(chains[k % 3], items, run_id=next(_ids)))) for k in range(9)]
+        for k, h in hs:
+            assert by_operator(h.result(WAIT_S)) == expect[k % 3]
+        assert s.stats()["requests_active"] == 0
+
+
+def test_an_operator_that_raises_fails_only_its_request():
+    from bobox_sched import Plan, StreamOperator
+    from bobox_sched.stream import model as M
+    from ordered_ops import Feed, Record
+
+    class Boom(StreamOperator):
+        state = M.STATELESS
+        max_parallelism = 4
+
+        def on_packet(self, ctx, port, pkt):
+            if int(pkt["x"][0]) == 7:
+                raise ZeroDivisionError("unit 7")
+            ctx.send("out", pkt)
+
+    items = [{"k": np.zeros(2, np.int64), "x": np.full(2, i, np.int64)} for i in range(30)]
+    plan = Plan("boom")
+    plan.add("src", Feed, items)
+    plan.add("boom", Boom)
+    plan.add("sink", Record)
+    plan.chain("src", "boom", "sink")
+    with Scheduler(policy="ordered", threads_per_node=2, pin=False) as s:
+        h = s.submit(plan)
+        with pytest.raises(ZeroDivisionError, match="unit 7"):
+            h.result(WAIT_S)
+        assert h.failed_operator == "boom"
+        ok = s.submit(build([("sl", "map")], items[:5], run_id=next(_ids)))
+        assert ok.result(WAIT_S)["rows"] == 10
+
+
+def test_cancel_an_unbounded_stream():
+    from bobox_sched import Plan
+    from bobox_sched.errors import RequestCancelled
+    from bobox_sched.packet import Packet
+    from bobox_sched.stream.sources import GeneratorSource
+    from ordered_ops import PS, Record
+
+    def make(ctx, i):
+        return Packet({"k": np.arange(8, dtype=np.int64) % 3, "x": np.full(8, i, np.int64)})
+
+    plan = Plan("endless")
+    plan.add("src", GeneratorSource, make)
+    plan.add("ps", PS, partitions=4)
+    plan.add("sink", Record)
+    plan.chain("src", "ps", "sink")
+    with Scheduler(policy="ordered", threads_per_node=2, pin=False) as s:
+        h = s.submit(plan)
+        import time
+
+        while not s.policy.chain_stats(h.id) or s.policy.chain_stats(h.id)[1]["units"] < 20:
+            time.sleep(0.01)
+        assert h.cancel()
+        with pytest.raises(RequestCancelled):
+            h.result(WAIT_S)
+    # shutdown returned: the workers left the cancelled request's units alone

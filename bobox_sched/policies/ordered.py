@@ -41,10 +41,14 @@ Protocol (who touches what, when):
 * Sleeping: a worker that finds nothing adds itself to ``idle`` under ``_lock``, then
   looks once more without the lock for work (a drain, a schedulable operator); anyone
   who makes work (an enqueue, a credit given back, a drain request, a source asking to
-  run) first publishes it, then reads ``idle`` and wakes one worker (``wake_one``,
-  under ``_lock``: pops it, then releases its ``park``). Either the sleeper's look sees
-  the work or the maker sees the sleeper (both orders are sequentially consistent
-  under the GIL), so no wake-up is lost. ``park`` is released exactly once per pop.
+  run) first publishes it, then reads ``idle`` and wakes one worker (``wake_one``: one
+  atomic ``list.pop``, then a release of that worker's ``park``). Either the sleeper's
+  look sees the work or the maker sees the sleeper (both orders are sequentially
+  consistent under the GIL), so no wake-up is lost. Every entry of ``idle`` leaves it
+  exactly once, by a waker's pop (then ``park`` is released once) or by the worker's
+  own ``remove`` under ``_lock`` (then nothing is released); a worker that finds itself
+  popped while it meant to leave waits for the release that is on its way. Free-threaded
+  builds keep ``list.pop``/``append``/``remove`` atomic (per-object locks).
   A worker whose allotment found nothing (a race with another worker) skips that
   operator in its next decision and then naps at most ``NAP_S`` instead of sleeping.
 * ``drains`` is a deque of stages: any thread appends, workers pop.
@@ -489,26 +493,40 @@ class OrderedPolicy(Policy):
         return False
 
     def wake_one(self, stage=None) -> None:
-        with self._lock:
-            idle = self.idle
-            if not idle:
-                return
-            w = None
-            if self.numa and stage is not None:
-                node = stage.head_node()
+        """Wake one sleeping worker. Called on the per-unit path (an enqueue, a credit
+        given back), often by a drainer inside its exit section: the common case takes
+        no lock, one atomic ``list.pop`` takes a sleeper out of ``idle`` (each entry is
+        removed exactly once: by a waker's pop, which then releases its ``park``, or by the
+        worker itself under ``_lock``). The NUMA preference scans the list, so it takes
+        ``_lock`` (never held while waiting for anything)."""
+        if self.numa and stage is not None:
+            node = stage.head_node()
+            with self._lock:
+                idle = self.idle
+                w = None
                 for k in range(len(idle) - 1, -1, -1):
                     if idle[k].node_id == node:
                         w = idle.pop(k)
                         break
-            if w is None:
-                w = idle.pop()
+                if w is None:
+                    if not idle:
+                        return
+                    w = idle.pop()
+            w.park.release()
+            return
+        try:
+            w = self.idle.pop()
+        except IndexError:
+            return
         w.park.release()
 
     def _wake_all_idle(self) -> None:
-        with self._lock:
-            idle = self.idle
-            self.idle = []
-        for w in idle:
+        idle = self.idle
+        while True:
+            try:
+                w = idle.pop()
+            except IndexError:
+                return
             w.park.release()
 
     def wake_all(self) -> None:
