@@ -45,8 +45,10 @@ def require_gil() -> None:
     """Raise on a free-threaded interpreter running without the GIL (see the module doc)."""
     enabled = getattr(sys, "_is_gil_enabled", None)
     if enabled is not None and not enabled():
-        raise RuntimeError("the ordered policy's atomics (bobox_sched.stream.atomics) assume the GIL; "
-                           "this interpreter runs without it")
+        from ..errors import BoboxError
+
+        raise BoboxError("the ordered policy's atomics (bobox_sched.stream.atomics) assume the GIL; this "
+                         "interpreter runs without it (start it with PYTHON_GIL=1)")
 
 
 class AtomicFlag:
