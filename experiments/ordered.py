@@ -211,7 +211,7 @@ def fig11_14(ctx, run, rec, data, refs, workers, queries, rows, rpp, fig, key, v
 
     out = {}
     ws = [w for w in workers if w >= 2] or workers
-    bar = ctx.bar(len(queries) * len(ws) * ctx.repeat * 2, f"fig {fig}")
+    bar = ctx.bar(len(queries) * len(ws) * ctx.repeat * len(variants(ws[0])), f"fig {fig}")
     for q in queries:
         for w in ws:
             for r in range(ctx.repeat):
@@ -230,6 +230,8 @@ def fig11_14(ctx, run, rec, data, refs, workers, queries, rows, rpp, fig, key, v
             peaks[label] = {"throughput": round(tp[pw], 1), "workers": pw,
                             "latency_ms": _r(rec.median(f"fig{fig}/{q}/{label}", pw, "latency_ms"))}
         out[q] = {**peaks, key: round(peaks[labels[0]]["throughput"] / peaks[labels[1]]["throughput"], 4)}
+        if len(labels) > 2:  # figure 11: also against PARTITIONED-QUEUE with hybrid's p
+            out[q][f"{key}_{labels[2]}"] = round(peaks[labels[0]]["throughput"] / peaks[labels[2]]["throughput"], 4)
     bar.close()
     return out
 
@@ -370,7 +372,8 @@ def run_experiment(args) -> dict:
     if 11 in figures:
         summary["hybrid_vs_partitioned_queries"] = fig11_14(
             ctx, run, rec, data, refs, workers, queries, rows, rpp, 11, "ratio",
-            lambda w: [("hybrid", {"scheme": "hybrid"}, None), ("partitioned", {"scheme": "partitioned"}, w)])
+            lambda w: [("hybrid", {"scheme": "hybrid"}, None), ("partitioned", {"scheme": "partitioned"}, w),
+                       ("partitioned_p100", {"scheme": "partitioned"}, None)])
     if 12 in figures:
         f12 = fig12_13(ctx, run, rec, workers, quick, 12)
         summary["light_operator"] = f12
@@ -540,16 +543,19 @@ def report(ctx, s, workers, queries) -> None:
     if ol:
         parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + _md_table(
             ["cost us", "hybrid", "partitioned"], [[c, v["hybrid"], v["partitioned"]] for c, v in ol.items()]))
-    for key, title, labels in (("hybrid_vs_partitioned_queries", "Figure 11: schemes per query (CT, peak)",
-                                ("hybrid", "partitioned")),
+    for key, title, labels in (("hybrid_vs_partitioned_queries", "Figure 11: schemes per query (CT, peak; "
+                                "PARTITIONED-QUEUE with p = workers as in the paper, and with p = 100)",
+                                ("hybrid", "partitioned", "partitioned_p100")),
                                ("nonblocking_vs_lock_queries", "Figure 14: reorder schemes per query (CT, peak)",
                                 ("nonblocking", "lock"))):
         d = s.get(key)
         if d:
+            extra = [k for k in d[queries[0]] if k.startswith("ratio_")]
             parts.append(f"### {title}\n\n" + _md_table(
-                ["query"] + [f"{x} rows/s" for x in labels] + [f"{x} ms" for x in labels] + ["ratio"],
+                ["query"] + [f"{x} rows/s" for x in labels] + [f"{x} ms" for x in labels] + ["ratio"] + extra,
                 [[q.upper()] + [f"{d[q][x]['throughput'] / 1e3:.0f} k" for x in labels]
-                 + [d[q][x]["latency_ms"] for x in labels] + [f"{d[q]['ratio']:.2f}"] for q in queries]))
+                 + [d[q][x]["latency_ms"] for x in labels] + [f"{d[q]['ratio']:.2f}"]
+                 + [f"{d[q][k]:.2f}" for k in extra] for q in queries]))
     for key, title in (("light_operator", "Figure 12: light stateless operator"),
                        ("sl_ps_pipeline", "Figure 13: SL (selectivity 50) -> PS")):
         d = s.get(key)
