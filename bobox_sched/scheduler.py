@@ -99,8 +99,10 @@ class Scheduler:
             policy_cls = get_policy(policy)
         except ValueError as e:
             raise BoboxError(str(e)) from None
-        if policy_options and not getattr(policy_cls, "options", ()):
-            raise BoboxError(f"policy {policy!r} takes no option {sorted(policy_options)[0]!r}")
+        unknown = sorted(set(policy_options) - set(policy_cls.options))
+        if unknown:
+            have = f" (options: {', '.join(policy_cls.options)})" if policy_cls.options else ""
+            raise BoboxError(f"policy {policy!r} has no option {unknown[0]!r}{have}")
         self.topology = topology if topology is not None else _topology.probe()
         if not self.topology.cpu_nodes:
             raise BoboxError("the topology has no node with a usable CPU")
@@ -144,9 +146,7 @@ class Scheduler:
         if self._closing:
             raise SchedulerShutdown("cannot submit: the scheduler is shut down")
         ops, edges = plan.instantiate()  # ValueError for invalid plans
-        validate = getattr(self.policy, "validate_plan", None)
-        if validate is not None:
-            validate(ops, edges)  # what this policy cannot run (ValueError), before the request exists
+        self.policy.validate_plan(ops, edges)  # what this policy cannot run (ValueError), before the request exists
         if node is not None and node not in [n.os_index for n in self.topology.cpu_nodes]:
             raise BoboxError(f"unknown NUMA node {node} for placement")
         with self._lock:
