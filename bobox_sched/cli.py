@@ -81,7 +81,11 @@ def _cmd_experiment(sub):
     p = sub.add_parser("experiment", help="locality experiments: CSV + PNG + report.md (the paper's figures)",
                        description="Reproduce the Bobox paper's figures on this machine: numa-factor (table 1), "
                        "packet-size (figure 1), numa-placement (figure 2), schedulers (figure 3), balancer, all; "
-                       "regions: parallel regions (safe data parallelism, seed 001: figures 7, 9, 11, 12/13).")
+                       "regions: parallel regions (safe data parallelism, seed 001: figures 7, 9, 11, 12/13); "
+                       "ordered: ordered stream processing (Prasaad et al., seed 000: figures 8-14); "
+                       "streams: IBM Streams' threading models (Schneider & Wu, seed 004: figures 8-10); "
+                       "tstream: transactional shared state (TStream, seed 002: figures 8-12 and 14); "
+                       "policies: every scheduling policy side by side on one stream workload.")
     experiment_cli.add_arguments(p)
     p.set_defaults(func=experiment_cli.run)
 

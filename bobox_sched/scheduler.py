@@ -55,7 +55,7 @@ class Scheduler:
     ----------
     topology : topology.Topology, optional
         Machine to schedule on; probed from the live machine by default.
-    policy : "bobox" | "simple"
+    policy : "bobox" | "simple" | "ordered"
         Scheduling policy (``bobox_sched.policies``).
     threads_per_node : int, optional
         Worker threads per NUMA node (default: one per CPU of the node).
@@ -72,6 +72,10 @@ class Scheduler:
         placement experiment; same as local on a one-node machine).
     locality_sample : int
         Check every N-th consumed packet's page placement with ``move_pages`` (0: off).
+    **policy_options
+        Options of the policy (``policy="ordered"``: ``heuristic``, ``reorder``,
+        ``scheme``, ``row_order``, ``capacity``, ... see ``policies/ordered.py``); a
+        policy without options refuses them.
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class Scheduler:
         pin: bool = True,
         memory: str = "local",
         locality_sample: int = 0,
+        **policy_options,
     ):
         # Bounds: bobox_sched/limits.py (the CLI applies the same ones).
         if threads_per_node is not None:
@@ -101,6 +106,10 @@ class Scheduler:
             policy_cls = get_policy(policy)
         except ValueError as e:
             raise BoboxError(str(e)) from None
+        unknown = sorted(set(policy_options) - set(policy_cls.options))
+        if unknown:
+            have = f" (options: {', '.join(policy_cls.options)})" if policy_cls.options else ""
+            raise BoboxError(f"policy {policy!r} has no option {unknown[0]!r}{have}")
         self.topology = topology if topology is not None else _topology.probe()
         if not self.topology.cpu_nodes:
             raise BoboxError("the topology has no node with a usable CPU")
@@ -130,7 +139,8 @@ class Scheduler:
         self._warnings: list[str] = []
         self.requests_done = 0
         self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
-        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin)
+        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin,
+                                 **policy_options)
         self.workers = self.policy.create_workers()
         for w in self.workers:
             w.start()
@@ -157,6 +167,7 @@ class Scheduler:
         elif ordering is not None:
             raise ValueError("ordering= needs parallelism=")
         ops, edges = plan.instantiate()  # ValueError for invalid plans
+        self.policy.validate_plan(ops, edges)  # what this policy cannot run (ValueError), before the request exists
         if node is not None and node not in [n.os_index for n in self.topology.cpu_nodes]:
             raise BoboxError(f"unknown NUMA node {node} for placement")
         with self._lock:

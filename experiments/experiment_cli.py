@@ -1,9 +1,29 @@
-"""``bobox experiment NAME``: argument parsing (light); the experiments live in
-``experiments/locality.py``."""
+"""``bobox experiment NAME``: argument parsing (light). The experiments live in
+``experiments/locality.py`` (the Bobox paper's figures and ``all``), ``regions.py``
+(parallel regions, seed 001), ``ordered.py`` (ordered stream processing, seed 000),
+``streams_exp.py`` (IBM Streams' threading, seed 004), ``tstream.py`` (transactional
+state, seed 002) and ``policies.py`` (every policy side by side on one workload).
+
+Every option is checked before any work starts: a bad value, or an option that does not
+apply to the chosen experiment, is a one-line error (exit 2)."""
 
 from __future__ import annotations
 
-EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all", "regions")
+LOCALITY = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
+EXPERIMENTS = LOCALITY + ("regions", "ordered", "streams", "tstream", "policies")
+# Operators per graph of the streams experiment at most (dedicated starts a thread each).
+MAX_OPS = 10_000
+MAX_ROWS = 1_000_000_000  # rows per query of the ordered experiment (a day of one core at most)
+MAX_EVENTS = 1_000_000_000  # events per run of the tstream experiment (same bound)
+
+# The options that only some experiments read (the rest apply to every one, or to the
+# TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
+ONLY = {
+    "workers": ("ordered",), "rows": ("ordered",), "figures": ("ordered",), "emulate": ("ordered",),
+    "ops": ("streams",), "events": ("tstream",),
+}
+TPCH_OPTIONS = ("data", "sf", "threads_per_node", "virtual_nodes")
+NO_TPCH = ("streams", "ordered", "tstream")  # experiments on generated streams: no TPC-H data
 
 
 def add_arguments(p) -> None:
@@ -25,8 +45,52 @@ def add_arguments(p) -> None:
     p.add_argument("--virtual-nodes", type=count(L.MAX_THREADS_PER_NODE), default=None, metavar="K",
                    help="balancer on a one-node machine: split its CPUs into K virtual nodes (default 2 there; at "
                    "most one per CPU)")
+    p.add_argument("--workers", metavar="LIST", default=None,
+                   help="ordered: worker counts, e.g. 1,2,4 (default 1,2,4,8,12,16 up to the CPUs)")
+    p.add_argument("--rows", type=count(MAX_ROWS), default=None, metavar="N",
+                   help="ordered: input rows per query (default 1000000, 150000 with --quick)")
+    p.add_argument("--figures", metavar="LIST", default=None,
+                   help="ordered: which figures, e.g. 8,9 (default all of 8-14)")
+    p.add_argument("--emulate", action="store_true",
+                   help="ordered: operators sleep their per-row cost instead of computing it (a core per worker)")
+    p.add_argument("--ops", type=count(MAX_OPS, minimum=10), default=None, metavar="N",
+                   help="streams: worker operators per graph (default 1000, 100 with --quick; at least 10, the "
+                   "mixed graph is 10 pipelines)")
+    p.add_argument("--events", type=count(MAX_EVENTS), default=None, metavar="N",
+                   help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _check_applicable(args) -> None:
+    from bobox_sched.errors import BoboxError
+
+    for k, names in ONLY.items():
+        if getattr(args, k, None) not in (None, False) and args.name not in names:
+            raise BoboxError(f"--{k} applies to 'bobox experiment {' / '.join(names)}' only")
+    if args.name in NO_TPCH:
+        for k in TPCH_OPTIONS:
+            if getattr(args, k, None) is not None:
+                raise BoboxError(f"--{k.replace('_', '-')} does not apply to the {args.name} experiment")
+
+
+def _check_ordered_args(args) -> None:
+    """Bad --workers/--figures: one-line errors before any work."""
+    from bobox_sched.errors import BoboxError
+
+    from .ordered import FIGURES
+
+    for k, allowed in (("workers", None), ("figures", FIGURES)):
+        v = getattr(args, k, None)
+        if v is None:
+            continue
+        try:
+            xs = [int(x) for x in v.split(",")]
+        except ValueError:
+            raise BoboxError(f"--{k} takes comma-separated integers, got {v!r}") from None
+        if not xs or min(xs) < 1 or (allowed and any(x not in allowed for x in xs)):
+            raise BoboxError(f"--{k}: {v!r} is not a list of " + (f"figures among {', '.join(map(str, allowed))}"
+                                                                  if allowed else "positive integers"))
 
 
 def run(args) -> int:
@@ -37,22 +101,41 @@ def run(args) -> int:
     from bobox_sched.errors import BoboxError
     from bobox_sched.outputs import check_output_dir
 
+    _check_applicable(args)
     cpus = psutil.cpu_count() or 1
     if args.virtual_nodes is not None and args.virtual_nodes > cpus:
         raise BoboxError(f"--virtual-nodes {args.virtual_nodes}: this machine has only {cpus} CPUs to split")
+    if args.name == "ordered":
+        _check_ordered_args(args)
     check_output_dir(args.out, "--out")  # before any measurement
     if args.data is not None and args.sf is None:
         from .workload import check_data, ensure_data
 
         check_data(ensure_data(args.data, None, progress=False))
 
-    from . import locality
-
-    if args.name == "regions":  # parallel regions (seed 001): experiments/regions.py; not part of "all"
+    if args.name == "regions":  # parallel regions (seed 001); not part of "all"
         from . import regions
 
         summary = regions.run_experiment(args)
+    elif args.name == "ordered":  # seed 000
+        from . import ordered
+
+        summary = ordered.run_experiment(args)
+    elif args.name == "streams":  # seed 004
+        from . import streams_exp
+
+        summary = streams_exp.run(args)
+    elif args.name == "tstream":  # seed 002
+        from . import tstream
+
+        summary = tstream.run_experiment(args)
+    elif args.name == "policies":  # every policy on one workload
+        from . import policies
+
+        summary = policies.run_experiment(args)
     else:
+        from . import locality
+
         summary = locality.run_experiment(args)
     if args.json:
         print(json.dumps(summary))

@@ -21,6 +21,7 @@ def test_readme_examples_run(tpch, capsys):
     out = capsys.readouterr().out
     assert str(sum(i * i for i in range(1_000_000))) in out
     assert "400,000 rows in" in out and "latency p50" in out  # the Streams example ran, markers measured
+    assert "identical to the sequential run: True" in out  # the ordered pipeline
 
 
 def test_readme_quick_start_is_two_commands():

@@ -4,6 +4,8 @@
 immediate lists, locality-ordered task search, per-thread sleep semaphores, balancer).
 ``simple``: the paper's baseline (per-thread FIFO lists, round-robin stealing, one
 global semaphore counting tasks, constant packet size).
+``ordered``: ordered stream processing of linear chains on many workers (Prasaad et
+al.): a central scheduler allotting (operator, quota) by heuristic ``ct|lp|et|qst``.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from .base import Policy
 
 def get_policy(name: str) -> type[Policy]:
     from .bobox import BoboxPolicy
+    from .ordered import OrderedPolicy
     from .simple import SimplePolicy
 
-    table = {"bobox": BoboxPolicy, "simple": SimplePolicy}
+    table = {"bobox": BoboxPolicy, "simple": SimplePolicy, "ordered": OrderedPolicy}
     try:
         return table[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(table))})") from None
 
 
-POLICY_NAMES = ("bobox", "simple")
+POLICY_NAMES = ("bobox", "simple", "ordered")
 
 __all__ = ["POLICY_NAMES", "Policy", "get_policy"]

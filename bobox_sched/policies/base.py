@@ -20,7 +20,13 @@ Contract:
 * ``push_on(request, op, node=None, worker=None)`` places a task on a node or a worker
   (default: a plain deferred task);
 * ``push_later(request, op, delay)`` (default: the scheduler's timer thread calls
-  ``push_deferred`` when due) serves ``ctx.reschedule(delay)``.
+  ``push_deferred`` when due) serves ``ctx.reschedule(delay)``;
+* ``validate_plan(ops, edges)`` (default: accept) runs in ``submit`` before the request
+  exists: a policy that cannot run some plans (``ordered``: linear chains only) raises
+  ValueError there;
+* ``options`` (class attribute): the keyword options ``Scheduler(...)`` passes on to the
+  policy's constructor (``Scheduler(policy="ordered", heuristic="lp")``); a policy with
+  none refuses any.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .. import task as _task
 
 class Policy:
     name = "?"
+    options: tuple = ()  # keyword options of the constructor that Scheduler(...) passes on
     # A policy with its own send path (e.g. running the receiver on the sender's thread
     # when its queue is full) sets this to ``deliver(worker, src, out_index, item) ->
     # bool`` with ``task._deliver``'s contract: put `item` (a packet, punctuation or EOS)
@@ -68,6 +75,10 @@ class Policy:
 
     def request_done(self, request) -> None:
         pass
+
+    def validate_plan(self, ops: dict, edges: list) -> None:
+        """Refuse (ValueError, naming the operator) a plan this policy cannot run; called
+        by ``submit`` before the request exists. Default: every valid plan."""
 
     def push_on(self, request, op, node: int | None = None, worker=None) -> None:
         """Push a task for `op` that should run on `worker` (one of this scheduler's

@@ -1,7 +1,9 @@
 """Stream processing on the runtime: the operator model, punctuations, stream sources.
 
-See ``model`` (what operators declare), ``punct`` (in-band control items) and
-``sources`` (unbounded sources: fed from a thread, rate-limited generators).
+See ``model`` (what operators declare), ``punct`` (in-band control items),
+``sources`` (unbounded sources: fed from a thread, rate-limited generators) and, for
+ordered execution on many workers (policy ``ordered``), ``partitioned`` (operators with
+state per key bucket), ``reorder``, ``hybrid``, ``atomics`` and ``ordered``.
 """
 
 from .model import (
@@ -20,6 +22,7 @@ from .model import (
     Partitioned,
     model_of,
 )
+from .partitioned import PartitionedOperator
 from .punct import Batch, Marker, Pulse, Punctuation, Window
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "OperatorModel",
     "PRESERVES",
     "Partitioned",
+    "PartitionedOperator",
     "Pulse",
     "Punctuation",
     "REMOVES",

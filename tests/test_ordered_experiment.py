@@ -1,0 +1,78 @@
+"""``bobox experiment ordered`` in a tiny configuration: the CSV (long format), the PNG,
+the report section and the JSON keys the issue asks for; every run's egress identical to
+the sequential run's. Bad arguments: one-line errors, exit status 2, before any work.
+No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_experiments import check_png, read_csv
+
+from experiments.locality import CSV_COLUMNS
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "bobox_sched", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ordered")
+    r = run_cli("experiment", "ordered", "--quick", "--rows", "6000", "--workers", "1,2", "--repeat", "1",
+                "--out", str(out), "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_json_has_the_figures(tiny):
+    _, s = tiny
+    assert s["ordered_identical"] is True and s["runs_compared"] > 50
+    assert set(s["heuristics"]) == {"ct", "lp", "et", "qst"}
+    for h in s["heuristics"].values():
+        assert set(h) == {"q1", "q2", "q3", "q4", "q15"}
+        for q in h.values():
+            assert q["throughput"] > 0 and "latency_ms" in q
+    assert set(s["hybrid_vs_partitioned"]) == {"0.05", "0.1", "0.25", "0.5", "1", "uniform"}
+    assert all(v > 0 for v in s["hybrid_vs_partitioned"].values())
+    assert set(s["nonblocking_vs_lock"]) == {"1", "2"}
+    assert set(s["operator_latency_ms"]) == {"10", "100", "1000"}
+    assert set(s["hybrid_vs_partitioned_queries"]) == set(s["nonblocking_vs_lock_queries"]) == \
+        {"q1", "q2", "q3", "q4", "q15"}
+    assert "ct_peak_within_5pct" in s["goals"]
+
+
+def test_csv_png_report(tiny):
+    out, _ = tiny
+    header, rows = read_csv(out / "ordered.csv")
+    assert header == CSV_COLUMNS and rows
+    series = {r["series"] for r in rows}
+    assert {"q1/ct", "fig9/hybrid", "fig10/partitioned", "fig12/lock", "fig13/nonblocking"} <= series
+    check_png(out / "ordered.png")
+    report = (out / "report.md").read_text()
+    assert "<!-- bobox:ordered -->" in report and "Figure 9" in report and "byte-identical" in report
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--workers", "0"], "--workers"),
+    (["--workers", "a,b"], "--workers"),
+    (["--figures", "7"], "--figures"),
+    (["--rows", "0"], "--rows"),
+])
+def test_bad_arguments(tmp_path, args, msg):
+    r = run_cli("experiment", "ordered", "--out", str(tmp_path / "x"), *args, timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_ordered_options_refused_for_other_experiments(tmp_path):
+    r = run_cli("experiment", "numa-factor", "--workers", "2", "--out", str(tmp_path / "y"), timeout=120)
+    assert r.returncode == 2 and "applies to 'bobox experiment ordered' only" in r.stderr
