@@ -49,7 +49,7 @@ class Scheduler:
     ----------
     topology : topology.Topology, optional
         Machine to schedule on; probed from the live machine by default.
-    policy : "bobox" | "simple"
+    policy : "bobox" | "simple" | "streams"
         Scheduling policy (``bobox_sched.policies``).
     threads_per_node : int, optional
         Worker threads per NUMA node (default: one per CPU of the node).
@@ -66,6 +66,9 @@ class Scheduler:
         placement experiment; same as local on a one-node machine).
     locality_sample : int
         Check every N-th consumed packet's page placement with ``move_pages`` (0: off).
+    **policy_options
+        Options of the policy, checked by it before anything starts (e.g. ``streams``:
+        ``threads=8`` or ``elastic=True, min_level=1``; see its module).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class Scheduler:
         pin: bool = True,
         memory: str = "local",
         locality_sample: int = 0,
+        **policy_options,
     ):
         if threads_per_node is not None and (not isinstance(threads_per_node, int) or threads_per_node < 1):
             raise BoboxError(f"threads_per_node must be a positive integer, got {threads_per_node!r}")
@@ -94,6 +98,7 @@ class Scheduler:
             policy_cls = get_policy(policy)
         except ValueError as e:
             raise BoboxError(str(e)) from None
+        policy_cls, policy_options = policy_cls.resolve_options(policy_options)
         self.topology = topology if topology is not None else _topology.probe()
         if not self.topology.cpu_nodes:
             raise BoboxError("the topology has no node with a usable CPU")
@@ -118,7 +123,7 @@ class Scheduler:
         self._warnings: list[str] = []
         self.requests_done = 0
         self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
-        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin)
+        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
         for w in self.workers:
             w.start()

@@ -4,6 +4,9 @@
 immediate lists, locality-ordered task search, per-thread sleep semaphores, balancer).
 ``simple``: the paper's baseline (per-thread FIFO lists, round-robin stealing, one
 global semaphore counting tasks, constant packet size).
+``streams``: IBM Streams' dynamic threading (Schneider & Wu): per-port SPSC queues, an
+LRU free list of ports, reSchedule, static or elastic thread levels; ``model="manual"``
+and ``"dedicated"`` are its comparison threading models.
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ from .base import Policy
 def get_policy(name: str) -> type[Policy]:
     from .bobox import BoboxPolicy
     from .simple import SimplePolicy
+    from .streams import StreamsPolicy
 
-    table = {"bobox": BoboxPolicy, "simple": SimplePolicy}
+    table = {"bobox": BoboxPolicy, "simple": SimplePolicy, "streams": StreamsPolicy}
     try:
         return table[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(table))})") from None
 
 
-POLICY_NAMES = ("bobox", "simple")
+POLICY_NAMES = ("bobox", "simple", "streams")
 
 __all__ = ["POLICY_NAMES", "Policy", "get_policy"]

@@ -21,11 +21,15 @@ Contract:
   (default: a plain deferred task);
 * ``push_later(request, op, delay)`` (default: the scheduler's timer thread calls
   ``push_deferred`` when due) serves ``ctx.reschedule(delay)``.
+* ``resolve_options(options)`` (classmethod) checks the policy's own options,
+  ``Scheduler(policy=..., **options)``, before anything starts, and returns the class to
+  instantiate and the keyword arguments to pass it (default: no options).
 """
 
 from __future__ import annotations
 
 from .. import task as _task
+from ..errors import BoboxError
 
 
 class Policy:
@@ -46,6 +50,14 @@ class Policy:
         # one operator, a port of an operator) replaces it. An attribute, not a method,
         # so the default costs no extra frame per task.
         self.run_task = _task.run_task
+
+    @classmethod
+    def resolve_options(cls, options: dict):
+        """Check ``Scheduler(policy=..., **options)``'s policy options; return ``(class,
+        kwargs)`` for the constructor. Raises BoboxError naming a bad option."""
+        if options:
+            raise BoboxError(f"policy {cls.name!r} takes no option {', '.join(sorted(options))}")
+        return cls, {}
 
     @classmethod
     def default_packet_bytes(cls, topology) -> int:
