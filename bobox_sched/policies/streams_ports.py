@@ -152,14 +152,18 @@ class PortTable:
                 self.ports[r.pid] = r
                 self.free.append(r)
 
-    def retire(self, records) -> None:
+    def retire(self, records) -> int:
         """The request ended: its ports leave the table now and the free list lazily
-        (dropped by whoever pops them or would push them back). Queued tuples are dropped."""
+        (dropped by whoever pops them or would push them back). Queued tuples are
+        dropped; returns how many (0 for a request that completed: every tuple ran)."""
+        dropped = 0
         with self.lock:
             for r in records:
                 r.retired = True
                 self.ports.pop(r.pid, None)
+                dropped += len(r.q.queue)
                 r.q.queue.clear()
+        return dropped
 
     def __len__(self) -> int:
         return len(self.ports)

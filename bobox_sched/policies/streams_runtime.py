@@ -177,7 +177,7 @@ class StreamsBase(Policy):
         ports = getattr(request, "streams_ports", None)
         if ports is None:
             return
-        self.table.retire(ports)
+        request.streams_dropped = self.table.retire(ports)
         for port in ports:
             self.port_retired(port)
         for op in {p.op for p in ports} | set(request.sources):
@@ -292,28 +292,26 @@ class StreamsBase(Policy):
         if item is EOS:
             op._bx_closed[j] = True
         elif item is RERUN:
-            pass
+            j = -1
         else:
             op._bx_inq[j].append(item)
         w.executed += 1
         ctx = w.cctx if conc else w.ctx
         prev_op = ctx.op
-        if conc:
-            prev_port = ctx.port
-            ctx.port = j
+        prev_port = ctx.port
         ctx.op = op
+        ctx.port = j
         try:
             op._bx_idle = 1
             op.process(ctx)
             # An operator may read one packet per run (a hash join's probe side): run it
             # again while it takes something and input is left.
-            while not op._bx_finishing and op._bx_idle == 0 and (op._bx_inq[j] if conc else any(op._bx_inq)):
+            while not op._bx_finishing and op._bx_idle == 0 and _unread(op, j, conc):
                 op._bx_idle = 1
                 op.process(ctx)
         except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
             ctx.op = prev_op
-            if conc:
-                ctx.port = prev_port
+            ctx.port = prev_port
             op._bx_finished = True
             if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
                 e.__traceback__ = e.__traceback__.tb_next
@@ -321,8 +319,7 @@ class StreamsBase(Policy):
             del e
             return
         ctx.op = prev_op
-        if conc:
-            ctx.port = prev_port
+        ctx.port = prev_port
         if op._bx_finishing:
             if op._bx_st_once.acquire(False):
                 op._bx_finished = True
@@ -337,7 +334,7 @@ class StreamsBase(Policy):
                 op._bx_st_rerun = True
                 self.push_later(req, op, resched if resched.__class__ is float else 0.0)
             return
-        if op._bx_idle and all(op._bx_closed) and (op._bx_inq[j] if conc else any(op._bx_inq)):
+        if op._bx_idle and all(op._bx_closed) and _unread(op, j, conc):
             # Every input ended and the operator left input unread without taking
             # anything: nothing will run it again.
             op._bx_finished = True
@@ -368,6 +365,17 @@ class StreamsBase(Policy):
             "deadlock_min_threads": 1 + self.max_in_ports,
             "depth": self.depth,
         }
+
+
+def _unread(op, j: int, conc: bool) -> bool:
+    """Input left in the operator's buffers (for one whose ports run concurrently: in the
+    buffer of the port this thread executes)."""
+    if conc:
+        return j >= 0 and bool(op._bx_inq[j])
+    for q in op._bx_inq:
+        if q:
+            return True
+    return False
 
 
 def _stalled(op) -> OperatorStalled:

@@ -76,17 +76,27 @@ def ensure_recursion(depth_ops: int) -> None:
         sys.setrecursionlimit(want)
 
 
-class PortContext(Context):
-    """The context of an operator whose input ports run concurrently (declared
-    ``max_parallelism > 1``): ``recv`` and ``has_input`` see only the port this thread is
-    executing (``port``), so two threads in one operator never take each other's
-    tuples. Operators without that declaration get a plain :class:`Context`."""
+class StreamsContext(Context):
+    """The context of a thread of policy ``streams``: also says which input port is being
+    executed, ``ctx.port`` (its index in ``op.inputs``; -1 when the operator runs without
+    a tuple: a source, a ``reschedule()``). An operator with many inputs may read only
+    that port instead of polling all of them (the other ports' buffers are empty: each
+    execution hands the operator one tuple). Other policies' contexts have no ``port``."""
 
     __slots__ = ("port",)
 
     def __init__(self, worker, scheduler):
         super().__init__(worker, scheduler)
         self.port = -1
+
+
+class PortContext(StreamsContext):
+    """The context of an operator whose input ports run concurrently (declared
+    ``max_parallelism > 1``): ``recv`` and ``has_input`` see only the port this thread is
+    executing (``port``), so two threads in one operator never take each other's
+    tuples. Operators without that declaration get a :class:`StreamsContext`."""
+
+    __slots__ = ()
 
     def recv(self, port: str):
         op = self.op
@@ -112,6 +122,7 @@ class StreamsWorker(Worker):
 
     def __init__(self, scheduler, wid: int, node=None, cpus=None, stack_bytes: int = DEEP_STACK_BYTES):
         super().__init__(scheduler, wid, node, cpus)
+        self.ctx = StreamsContext(self, scheduler)
         self.cctx = PortContext(self, scheduler)
         self.stack_bytes = stack_bytes
         self.suspended = False
@@ -182,7 +193,7 @@ class OpThread:
         self.node = None
         self.node_id = None
         self.cpus = None
-        self.ctx = Context(self, scheduler)
+        self.ctx = StreamsContext(self, scheduler)
         self.cctx = PortContext(self, scheduler)
         self.locality_sampler = scheduler._locality_sampler
         self.last_req = None
@@ -211,5 +222,5 @@ def placement(topology, n: int, order: str = "fill") -> list:
     return [slots[i % len(slots)] for i in range(n)]
 
 
-__all__ = ["DEEP_STACK_BYTES", "OpThread", "PortContext", "StreamsWorker", "ensure_recursion", "placement",
+__all__ = ["DEEP_STACK_BYTES", "OpThread", "PortContext", "StreamsContext", "StreamsWorker", "ensure_recursion", "placement",
            "start_deep"]
