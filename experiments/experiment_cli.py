@@ -1,9 +1,9 @@
 """``bobox experiment NAME``: argument parsing (light); the experiments live in
-``experiments/locality.py``."""
+``experiments/locality.py`` and (``streams``) ``experiments/streams_exp.py``."""
 
 from __future__ import annotations
 
-EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
+EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "streams", "all")
 
 
 def add_arguments(p) -> None:
@@ -20,6 +20,8 @@ def add_arguments(p) -> None:
                    help="worker threads per NUMA node (default: one per CPU)")
     p.add_argument("--virtual-nodes", type=int, default=None, metavar="K",
                    help="balancer on a one-node machine: split its CPUs into K virtual nodes (default 2 there)")
+    p.add_argument("--ops", type=int, default=None, metavar="N",
+                   help="streams: worker operators per graph (default 1000, 100 with --quick; at least 10)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -35,7 +37,17 @@ def run(args) -> int:
         v = getattr(args, k)
         if v is not None and v <= 0:
             raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v}")
-    summary = locality.run_experiment(args)
+    ops = getattr(args, "ops", None)
+    if ops is not None and args.name != "streams":
+        raise BoboxError("--ops applies to the streams experiment only")
+    if ops is not None and ops < 10:
+        raise BoboxError(f"--ops must be at least 10 (the mixed graph is 10 pipelines), got {ops}")
+    if args.name == "streams":
+        from . import streams_exp
+
+        summary = streams_exp.run(args)
+    else:
+        summary = locality.run_experiment(args)
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -36,7 +36,8 @@ otherwise it yields and retries. A thread without a record (a source's thread, t
 reads the global flags. A tuple whose request ended while it waited is dropped.
 
 Elasticity (section 4.2): a controller thread wakes every ``period_s``, measures the
-tuples executed by all threads per second (throughput across all operators, L465), and,
+tuples executed by all threads per second (throughput across all operators, L465; the
+first period, which counts the queues filling up, is recorded but not used), and,
 as [OSS] ``ScheduledQueue::threadElasticity`` does: threads that were told to suspend
 but are not parked (stuck in operator code) are marked unsuspendable, other threads are
 suspended in their place and the adaptation is postponed (L552-554); if no thread was
@@ -327,6 +328,7 @@ class StreamsPolicy(StreamsBase):
         cpu.sample()
         last_n = self.total_executed()
         last_t = time.perf_counter()
+        first = True
         while True:
             with self._ctl_cond:
                 if not self._ctl_stop:
@@ -338,6 +340,16 @@ class StreamsPolicy(StreamsBase):
             thput = (n - last_n) / max(now - last_t, 1e-9)
             last_n, last_t = n, now
             cpu.sample()
+            if first:
+                # The first period counts the queues filling up (several times the steady
+                # rate when tuples are cheap); [OSS] ignores it for load changes only, and
+                # a level that looks 10x worse than it is stays trusted. Not fed.
+                first = False
+                with self._ctl_lock:
+                    self.trace.append((now - self._t0, thput, self.level, "warm-up"))
+                    for w in self.workers:
+                        w.active = False
+                continue
             try:
                 self.adapt(thput)
             except Exception as e:  # noqa: BLE001 - a bug here must not stop the scheduler
