@@ -691,3 +691,71 @@ def test_threads_are_pinned_to_their_node(order):
         assert [w.node_id for w in s.workers] == [n.os_index for n in placement(topo, 3, order)]
         assert all(w.pinned_mask == cpus[w.node_id] for w in s.workers)
         assert s.stats()["policy_detail"]["placement"] == order
+
+
+class Dribble(Operator):
+    """Stashes what arrives and emits one stashed packet every second run, asking to be
+    run again (ctx.reschedule) while some are left: runs without a tuple (RERUN)."""
+
+    def __init__(self, delay=None):
+        self.inputs, self.outputs = ("in",), ("out",)
+        self.stash = []
+        self.delay = delay
+        self.runs = 0
+
+    def process(self, ctx):
+        self.runs += 1
+        while True:
+            p = ctx.recv("in")
+            if p is None:
+                break
+            self.stash.append(p)
+        if self.stash and self.runs % 2 == 0:
+            ctx.send("out", self.stash.pop(0))
+        if self.stash:
+            ctx.reschedule(self.delay)
+        elif ctx.at_eos("in"):
+            ctx.close()
+            ctx.finish()
+
+
+@pytest.mark.parametrize("model", ["dynamic", "manual", "dedicated"])
+@pytest.mark.parametrize("delay", [None, 0.001])
+def test_reschedule_of_an_operator_with_inputs_runs_it_again(model, delay):
+    plan = Plan("dribble")
+    plan.add("src", Count, 60)
+    plan.add("d", Dribble, delay)
+    plan.add("sink", Collect)
+    plan.chain("src", "d", "sink")
+    with streams(model=model, queue_capacity=2) as s:
+        h = s.submit(plan)
+        assert h.result(WAIT_S) == list(range(60))
+        assert s.timers.fired > 0
+        check_quiescent(h)
+
+
+class Boom(StreamOperator):
+    def on_packet(self, ctx, port, pkt):
+        if int(pkt["x"][0]) == 7:
+            raise ValueError("boom at 7")
+        ctx.send("out", pkt)
+
+
+@pytest.mark.parametrize("model", ["dynamic", "manual", "dedicated"])
+def test_an_operator_that_raises_fails_only_its_request(model):
+    bad = Plan("bad")
+    bad.add("src", Count, 100)
+    bad.add("boom", Boom)
+    bad.add("sink", Collect)
+    bad.chain("src", "boom", "sink")
+    good = Plan("good")
+    good.add("src", Count, 50)
+    good.add("a", Inc)
+    good.add("sink", Collect)
+    good.chain("src", "a", "sink")
+    with streams(model=model, queue_capacity=1) as s:
+        hb, hg = s.submit(bad), s.submit(good)
+        with pytest.raises(ValueError, match="boom at 7"):
+            hb.result(WAIT_S)
+        assert hb.failed_operator == "boom"
+        assert hg.result(WAIT_S) == list(range(1, 51))

@@ -26,16 +26,15 @@ Protocol:
   port's thread, which also takes the port's consumer lock and the operator's state lock
   around each execution (two ports of one operator never run at once). A producer blocked
   on a full queue re-checks every ``RECHECK_S`` that the receiver still runs and its
-  request is active, then drops the tuple. The port's thread ends after executing the
-  final punctuation, when its operator finished, or at a STOP marker put when the
-  request ends.
+  request is active, then drops the tuple. The port's thread ends when its operator
+  finished or at a STOP marker put when the request ends (not at the port's final
+  punctuation: ``ctx.reschedule()`` may still send it RERUN markers).
 """
 
 from __future__ import annotations
 
 import queue
 
-from ..operator import EOS
 from .streams_runtime import StreamsBase
 from .streams_threads import OpThread
 
@@ -148,8 +147,8 @@ class DedicatedPolicy(StreamsBase):
                     if m is not None:
                         m.release()
                     cons.release()
-                if item is EOS or op._bx_finished:
-                    return
+                if op._bx_finished:
+                    return  # (after its final punctuation a port may still get RERUNs)
         finally:
             self._op_thread_done(w)
 
