@@ -77,13 +77,14 @@ def settings_for(quick: bool, ncpu: int, n_ops: int | None) -> dict:
     }
 
 
-def _ctx_switches() -> int:
-    """Voluntary + involuntary context switches of every thread of this process, ended
-    ones included (getrusage RUSAGE_SELF; /proc/self/status counts the main thread only)."""
+def _usage() -> tuple[int, float]:
+    """Context switches (voluntary + involuntary) and CPU seconds (user + system) of every
+    thread of this process, ended ones included (getrusage RUSAGE_SELF; /proc/self/status
+    counts the main thread only)."""
     import resource
 
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_nvcsw + r.ru_nivcsw
+    return r.ru_nvcsw + r.ru_nivcsw, r.ru_utime + r.ru_stime
 
 
 def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: float, sample_s: float,
@@ -91,7 +92,7 @@ def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: flo
     """One run of one graph under one threading model; see the module doc."""
     meter, stop, cost = Meter(), threading.Event(), Cost(flops)
     plan = build(shape, n_ops, cost, meter, stop)
-    cs0 = _ctx_switches()
+    cs0, cpu0 = _usage()
     samples = []
     with Scheduler(policy="streams", **sched_kw) as s:
         h = s.submit(plan)
@@ -111,19 +112,23 @@ def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: flo
                 cost.flops = change_to
         load = os.getloadavg()[0]
         pd = s.stats()["policy_detail"]
+        cs1, cpu1 = _usage()
+        n_end, t_end = meter.count, time.perf_counter()
         stop.set()
         h.cancel()
         try:
             h.result(60)
         except RequestCancelled:
             pass
-    cs = _ctx_switches() - cs0
     el = pd.get("elastic")
     return {
         "samples": samples,
         "violations": meter.violations,
         "tuples": meter.count,
-        "ctx_switches": cs,
+        "ctx_switches": cs1 - cs0,
+        "cpu_s": cpu1 - cpu0,
+        "tuples_per_cpu_s": n_end / max(cpu1 - cpu0, 1e-9),
+        "wall_s": t_end - t0,
         "loadavg": load,
         "level": pd.get("level"),
         "threads": pd.get("threads"),
@@ -190,6 +195,8 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) ->
         x = f"{shape}:{c}"
         rec.add(name, x, "tuples_per_s", val, unit="tuples/s")
         rec.add(name, x, "ctx_switches", r["ctx_switches"])
+        rec.add(name, x, "cpu_s", r["cpu_s"], unit="s")
+        rec.add(name, x, "tuples_per_cpu_s", r["tuples_per_cpu_s"], unit="tuples/CPU-s")
         rec.add(name, x, "loadavg", r["loadavg"])
         rec.add(name, x, "order_violations", r["violations"])
         if r["level"] is not None:
@@ -229,10 +236,10 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series) -> dict:
     static_names = [n for n, _, el in series if n.startswith("dynamic-")]
     out = {"fifo_ok": fifo_ok, "static": {}, "elastic": {}, "elastic_uncapped": {}, "manual": {}, "dedicated": {},
            "elastic_vs_best_static": {}, "elastic_uncapped_vs_best_static": {}, "dynamic_vs_dedicated": {},
-           "dynamic_vs_manual": {}, "ctx_switches": {}, "loadavg": {}}
+           "dynamic_vs_manual": {}, "ctx_switches": {}, "loadavg": {}, "tuples_per_cpu_s": {}}
     for shape in SHAPES:
         for key in ("static", "elastic", "elastic_uncapped", "manual", "dedicated", "elastic_vs_best_static",
-                    "elastic_uncapped_vs_best_static", "ctx_switches", "loadavg"):
+                    "elastic_uncapped_vs_best_static", "ctx_switches", "loadavg", "tuples_per_cpu_s"):
             out[key][shape] = {}
         for c in COSTS[shape]:
             st = {int(n.split("-")[1]): round(v(shape, c, n), 2) for n in static_names}
@@ -246,6 +253,8 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series) -> dict:
             out["dedicated"][shape][str(c)] = round(v(shape, c, "dedicated"), 2)
             out["ctx_switches"][shape][str(c)] = {n: res[(shape, c, n)]["ctx_switches"] for n, _, _ in series}
             out["loadavg"][shape][str(c)] = {n: round(res[(shape, c, n)]["loadavg"], 2) for n, _, _ in series}
+            out["tuples_per_cpu_s"][shape][str(c)] = {n: round(res[(shape, c, n)]["tuples_per_cpu_s"], 1)
+                                                      for n, _, _ in series}
             if shape == "mixed":
                 out["dynamic_vs_dedicated"][str(c)] = round(best / max(v(shape, c, "dedicated"), 1e-9), 3)
                 out["dynamic_vs_manual"][str(c)] = round(best / max(v(shape, c, "manual"), 1e-9), 3)
@@ -283,16 +292,22 @@ def _plot(ctx, res, series, static_names, changes, cfg) -> None:
             if i == 0 and k == 0:
                 ax.legend(fontsize=7)
     fig.suptitle(f"IBM Streams threading models, {cfg['ops']} operators (Figs. 8-9)")
+    fig.tight_layout()
     _save(fig, ctx, "streams")
     # Fig. 10: single elastic runs over time, plus the load-change runs.
     picks = [("pipeline", COSTS["pipeline"][0]), ("dp", COSTS["dp"][-1]), ("mixed", COSTS["mixed"][-1])]
-    fig, axes = plt.subplots(1, len(picks) + len(changes), figsize=(5 * (len(picks) + len(changes)), 3.8))
+    fig, grid = plt.subplots(2, 3, figsize=(16, 7.5))
+    axes = list(grid.flat)
+    for ax in axes[len(picks) + len(changes):]:
+        ax.axis("off")
     for ax, (shape, c) in zip(axes, picks):
         tr = res[(shape, c, "elastic-nocap")]["trace"]
         _trace(ax, tr, f"{shape}, {c} FLOP/tuple (no CPU cap)")
     for ax, (form, d) in zip(axes[len(picks):], changes.items()):
         _trace(ax, d["trace"], f"mixed, cost 1000 -> 1 at {cfg['elastic_s'] / 2:g} s ({form})")
         ax.axvline(cfg["elastic_s"] / 2, color="black", lw=0.8)
+    fig.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
+    fig.tight_layout()
     _save(fig, ctx, "streams-elastic")
 
 
@@ -304,6 +319,7 @@ def _trace(ax, tr, title) -> None:
     ax2 = ax.twinx()
     ax2.step(t, [x[2] for x in tr], where="post", color="tab:orange")
     ax2.set_ylabel("thread level", color="tab:orange")
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title, fontsize=9)
 
 
@@ -328,6 +344,11 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
         la = out["loadavg"][shape][str(c)]
         cs_rows.append([f"{shape}:{c}"] + [f"{d[n]} / {la[n]}" for n in ("manual", "dedicated", static_names[-1],
                                                                             "elastic")])
+    eff_rows = []
+    for shape in SHAPES:
+        for c in COSTS[shape]:
+            e = out["tuples_per_cpu_s"][shape][str(c)]
+            eff_rows.append([shape, c] + [f"{e[n]:g}" for n in ["manual", "dedicated", *static_names, "elastic-nocap"]])
     mixed_ok = all(out["dynamic_vs_dedicated"][k] >= 1 and out["dynamic_vs_manual"][k] >= 1
                    for k in out["dynamic_vs_dedicated"])
     within = sum(1 for s in SHAPES for c in COSTS[s] if out["elastic_uncapped_vs_best_static"][s][str(c)] >= 0.9)
@@ -342,6 +363,13 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
         notes.append(f"This machine has {ncpu} CPUs: elastic runs use `min_level=1` (the deadlock rule's 2 would "
                      f"equal the CPU count) and `max_level={cfg['max_level']}` (2 x CPUs, oversubscribed), a "
                      "deviation from the paper's `min = 1 + input ports`, `max = CPUs` (spec section 4).")
+    loads = [x for sh in out["loadavg"].values() for d in sh.values() for x in d.values()]
+    if loads:
+        busy = max(loads) > ncpu
+        notes.append(f"1-minute load average during the runs: {min(loads):.1f} to {max(loads):.1f} on {ncpu} CPUs"
+                     + (": the machine was shared with other work, so each run got a share of the CPUs that grew "
+                        "with its number of runnable threads; absolute figures and ratios carry that noise (the "
+                        "tuples-per-CPU-second table does not)." if busy else "."))
     queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in SHAPES)
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); one-row "
@@ -358,6 +386,10 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
         + _md_table(["shape", "FLOP/tuple", "manual", "dedicated", "dynamic static (threads: tuples/s)",
                      "best T", "elastic (cap 0.8) @ level", "elastic (no cap) @ level", "elastic/best",
                      "no-cap/best"], rows)
+        + "\n\nSink tuples per CPU-second of the process (user + system, all threads): what each model "
+        "gets out of the CPU it was given, independent of how much the other processes on the machine left "
+        "it (a run with more runnable threads gets a larger share of a loaded machine):\n\n"
+        + _md_table(["shape", "FLOP/tuple", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
         + _md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
         + "\n\nGoals (issue 13):\n\n"

@@ -49,6 +49,8 @@ from collections import deque
 
 # What the queue's pop returns when there is nothing to pop.
 EMPTY = object()
+# A queue item that runs the port's operator without input (its ctx.reschedule()).
+RERUN = object()
 
 
 class SPSCEnforcer:
@@ -155,13 +157,14 @@ class PortTable:
     def retire(self, records) -> int:
         """The request ended: its ports leave the table now and the free list lazily
         (dropped by whoever pops them or would push them back). Queued tuples are
-        dropped; returns how many (0 for a request that completed: every tuple ran)."""
+        dropped; returns how many, RERUN markers not counted (0 for a request that
+        completed: every tuple ran)."""
         dropped = 0
         with self.lock:
             for r in records:
                 r.retired = True
                 self.ports.pop(r.pid, None)
-                dropped += len(r.q.queue)
+                dropped += sum(1 for t in list(r.q.queue) if t is not RERUN)
                 r.q.queue.clear()
         return dropped
 
@@ -237,4 +240,4 @@ def find_work_non_blocking(table: PortTable):
     return None
 
 
-__all__ = ["EMPTY", "PortRecord", "PortTable", "SPSCEnforcer", "find_work_non_blocking", "try_take"]
+__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "SPSCEnforcer", "find_work_non_blocking", "try_take"]

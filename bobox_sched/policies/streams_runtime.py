@@ -54,11 +54,9 @@ import threading
 from ..errors import BoboxError, OperatorStalled
 from ..operator import EOS
 from .base import Policy
-from .streams_ports import PortRecord, PortTable
+from .streams_ports import RERUN, PortRecord, PortTable
 from .streams_threads import OpThread, ensure_recursion
 
-# A tuple that runs the operator without giving it input (ctx.reschedule of a non-source).
-RERUN = object()
 
 MODELS = ("dynamic", "manual", "dedicated")
 
@@ -204,7 +202,8 @@ class StreamsBase(Policy):
             return
         # ctx.reschedule() of an operator with inputs (we are on the timer thread).
         op._bx_st_rerun = False
-        self.push_item(self._timer_worker, op._bx_st_ports[0], RERUN)
+        if not op._bx_finished:
+            self.push_item(self._timer_worker, op._bx_st_ports[0], RERUN)
 
     def push_immediate(self, worker, op) -> None:
         self.push_deferred(op._bx_req, op, worker)
