@@ -328,7 +328,8 @@ class CpuGuard:
         if last is None or cur[1] <= last[1]:
             self.usage = None
         else:
-            self.usage = (cur[0] - last[0]) / (cur[1] - last[1])
+            # clamped: the two sums are rounded separately (usage came out 1.0000000001)
+            self.usage = min(1.0, max(0.0, (cur[0] - last[0]) / (cur[1] - last[1])))
         return self.usage
 
     def acceptable(self) -> bool:
