@@ -14,7 +14,7 @@ def _parse_bytes(text: str) -> int:
 
 
 def add_scheduler_arguments(p) -> None:
-    p.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
+    p.add_argument("--policy", choices=["bobox", "simple", "streams"], default="bobox", help="scheduling policy (default bobox)")
     p.add_argument("--threads-per-node", type=int, metavar="T", help="worker threads per NUMA node (default: all CPUs)")
     p.add_argument("--packet-bytes", type=_parse_bytes, metavar="B",
                    help="packet size, e.g. 64K (default: the policy's; half the L2 for bobox)")

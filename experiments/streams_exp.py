@@ -42,20 +42,26 @@ from .locality import Recorder, _md_table, _plt, _save, write_section
 from .streams_ops import COSTS, SHAPES, Cost, Meter, build, burn, n_workers
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
-# Tuples a chain of operators may hold in its queues. A pipeline fills its queues front
-# to back before the sink sees a steady flow; with [OSS]'s 1000 per port a 1,000-operator
-# pipeline holds a million tuples, which takes about 500 million operator executions to
-# fill: minutes in C++, hours here (about 1e5 executions/s per core in Python). So each
-# port's queue gets QUEUE // depth tuples (at least 1): 1000 for data parallel, 10 for a
-# 100-deep chain, 1 for the 1,000-deep pipeline; RESCHED_LIMIT stays a quarter of it.
-CHAIN_TUPLES = QUEUE
+# Tuples the whole graph may hold in its queues. The sink sees a steady flow only once the
+# queues have filled: with [OSS]'s 1000 per port a 1,000-operator pipeline holds a million
+# tuples, about 500 million operator executions to fill (minutes in C++, hours in Python
+# at about 1e5 executions/s per core), and a 100-wide data-parallel graph at 100k FLOPs a
+# tuple holds a minute of work. So every port gets GRAPH_SLOTS // (input ports of the
+# graph) slots (at least 1, at most 1000): 1 for the 1,000-operator graphs, 9-10 for the
+# 100-operator pipeline and mixed graphs, 4 for 100-wide data parallel. RESCHED_LIMIT
+# stays a quarter of the queue.
+GRAPH_SLOTS = 1000
+
+
+def input_ports(shape: str, n_ops: int) -> int:
+    from .streams_ops import MIXED_WIDTH, n_workers
+
+    n = n_workers(shape, n_ops)
+    return {"pipeline": n + 1, "dp": 1 + 2 * n, "mixed": 1 + n + MIXED_WIDTH}[shape]
 
 
 def queue_for(shape: str, n_ops: int) -> int:
-    from .streams_ops import MIXED_WIDTH
-
-    depth = {"pipeline": n_ops, "dp": 1, "mixed": max(1, n_ops // MIXED_WIDTH)}[shape]
-    return max(1, min(QUEUE, CHAIN_TUPLES // depth))
+    return max(1, min(QUEUE, GRAPH_SLOTS // input_ports(shape, n_ops)))
 
 
 def settings_for(quick: bool, ncpu: int, n_ops: int | None) -> dict:
@@ -374,8 +380,9 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); one-row "
         f"tuples; queues of {queues_txt} "
-        f"tuples per input port (deviation: [OSS] uses {QUEUE}; a chain holds at most {CHAIN_TUPLES} tuples "
-        "so that a pipeline fills in seconds at Python's speed); cost per tuple run by a nogil numba kernel. "
+        f"tuples per input port (deviation: [OSS] uses {QUEUE}; here a graph's queues hold at most about "
+        f"{GRAPH_SLOTS} tuples, so that they fill in seconds at Python's speed and the sink sees the steady "
+        "state); cost per tuple run by a nogil numba kernel. "
         f"Static runs {cfg['static_s']:g} s (median of {cfg['sample_s']:g} s sink samples after the first), "
         f"elastic runs {cfg['elastic_s']:g} s with a {cfg['period_s']:g} s period (mean of the last 5 samples, "
         f"OSS form, power-of-two steps). Scheduler threads pinned per NUMA node, placement `fill` (fill one "
