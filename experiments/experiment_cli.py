@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "streams", "all")
+# Operators per graph of the streams experiment at most (dedicated starts a thread each).
+MAX_OPS = 10_000
 
 
 def add_arguments(p) -> None:
@@ -40,9 +42,12 @@ def run(args) -> int:
     ops = getattr(args, "ops", None)
     if ops is not None and args.name != "streams":
         raise BoboxError("--ops applies to the streams experiment only")
-    if ops is not None and ops < 10:
-        raise BoboxError(f"--ops must be at least 10 (the mixed graph is 10 pipelines), got {ops}")
+    if ops is not None and not 10 <= ops <= MAX_OPS:
+        raise BoboxError(f"--ops must be between 10 (the mixed graph is 10 pipelines) and {MAX_OPS}, got {ops}")
     if args.name == "streams":
+        for k in ("repeat", "data", "sf", "threads_per_node", "virtual_nodes"):
+            if getattr(args, k, None) is not None:
+                raise BoboxError(f"--{k.replace('_', '-')} does not apply to the streams experiment")
         from . import streams_exp
 
         summary = streams_exp.run(args)

@@ -223,7 +223,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) ->
                      change_to=1)
         fifo_ok = fifo_ok and r["violations"] == 0
         changes[form] = {"trace": r["trace"], "settle_periods": settle_periods(r["trace"], half),
-                         "level": r["level"]}
+                         "level": r["level"], "levels_after": [lvl for t, _x, lvl, _e in r["trace"] if t >= half]}
         for t, thput, lvl, ev in r["trace"]:
             rec.add(f"loadchange-{form}:trace", f"mixed:{t:.1f}", "throughput_all", thput, unit="tuples/s")
             rec.add(f"loadchange-{form}:trace", f"mixed:{t:.1f}", "level", lvl, unit="threads")
@@ -264,8 +264,8 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series) -> dict:
             if shape == "mixed":
                 out["dynamic_vs_dedicated"][str(c)] = round(best / max(v(shape, c, "dedicated"), 1e-9), 3)
                 out["dynamic_vs_manual"][str(c)] = round(best / max(v(shape, c, "manual"), 1e-9), 3)
-    out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"]}
-                          for form, d in changes.items()}
+    out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
+                                 "levels_after": d["levels_after"]} for form, d in changes.items()}
     out["settings"] = {k: cfg[k] for k in ("ops", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
                                            "min_level", "max_level")} | {
         "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in SHAPES}}
@@ -408,9 +408,10 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
         f"- data parallel at cost {c1}: manual best: {'yes' if dp1_manual_best else 'no'}; elastic level "
         f"{out['elastic']['dp'][c1]['level']} (cap) / {out['elastic_uncapped']['dp'][c1]['level']} (no cap), "
         f"minimum {cfg['min_level'] or 'default'};\n"
-        f"- load change (mixed, cost 1000 -> 1 half-way, no cap): level settled again after "
-        f"{lc['oss']['settle_periods']} periods (OSS form: its noise filter waits 6 periods) and "
-        f"{lc['paper']['settle_periods']} periods (paper form);\n"
+        f"- load change (mixed, cost 1000 -> 1 half-way, no cap): levels in the periods after it "
+        f"{lc['oss']['levels_after']}, last change after {lc['oss']['settle_periods']} periods (OSS form: its noise "
+        f"filter needs 6 periods in a row to see a change) and {lc['paper']['levels_after']}, "
+        f"{lc['paper']['settle_periods']} (paper form; None: still moving when the run ended);\n"
         f"- per-edge order held in every run: {'yes' if out['fifo_ok'] else 'NO'}.\n\n"
         "![figs 8-9](streams.png)\n\n![fig 10](streams-elastic.png)\n")
     write_section(ctx, "streams", "IBM Streams threading models (Schneider & Wu, Figs. 8-10)", body)

@@ -68,7 +68,8 @@ def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
 
 
 def test_bad_input():
-    for args, msg in ((["--ops", "5"], "--ops must be at least 10"),):
+    for args, msg in ((["--ops", "5"], "--ops must be between 10"), (["--ops", "10001"], "--ops must be between 10"),
+                      (["--repeat", "3"], "--repeat does not apply")):
         r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error:") and msg in r.stderr
