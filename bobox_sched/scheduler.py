@@ -55,7 +55,7 @@ class Scheduler:
     ----------
     topology : topology.Topology, optional
         Machine to schedule on; probed from the live machine by default.
-    policy : "bobox" | "simple" | "ordered"
+    policy : "bobox" | "simple" | "ordered" | "streams"
         Scheduling policy (``bobox_sched.policies``).
     threads_per_node : int, optional
         Worker threads per NUMA node (default: one per CPU of the node).
@@ -73,9 +73,10 @@ class Scheduler:
     locality_sample : int
         Check every N-th consumed packet's page placement with ``move_pages`` (0: off).
     **policy_options
-        Options of the policy (``policy="ordered"``: ``heuristic``, ``reorder``,
-        ``scheme``, ``row_order``, ``capacity``, ... see ``policies/ordered.py``); a
-        policy without options refuses them.
+        Options of the policy, checked by it before anything starts (``ordered``:
+        ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
+        ``streams``: ``threads=8`` or ``elastic=True, min_level=1``; see their modules);
+        a policy without options refuses them.
     """
 
     def __init__(
@@ -106,10 +107,7 @@ class Scheduler:
             policy_cls = get_policy(policy)
         except ValueError as e:
             raise BoboxError(str(e)) from None
-        unknown = sorted(set(policy_options) - set(policy_cls.options))
-        if unknown:
-            have = f" (options: {', '.join(policy_cls.options)})" if policy_cls.options else ""
-            raise BoboxError(f"policy {policy!r} has no option {unknown[0]!r}{have}")
+        policy_cls, policy_options = policy_cls.resolve_options(policy_options)
         self.topology = topology if topology is not None else _topology.probe()
         if not self.topology.cpu_nodes:
             raise BoboxError("the topology has no node with a usable CPU")
@@ -139,8 +137,7 @@ class Scheduler:
         self._warnings: list[str] = []
         self.requests_done = 0
         self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
-        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin,
-                                 **policy_options)
+        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
         for w in self.workers:
             w.start()

@@ -11,7 +11,7 @@ from bobox_sched.argtypes import byte_size, count, path, scale_factor
 
 
 def add_scheduler_arguments(p) -> None:
-    p.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="scheduling policy (default bobox)")
+    p.add_argument("--policy", choices=["bobox", "simple", "ordered", "streams"], default="bobox", help="scheduling policy (default bobox)")
     p.add_argument("--threads-per-node", type=count(limits.MAX_THREADS_PER_NODE), metavar="T",
                    help=f"worker threads per NUMA node (default: all CPUs; at most {limits.MAX_THREADS_PER_NODE}, "
                    "a warning when above the node's CPUs)")

@@ -1,5 +1,5 @@
 """Every TPC-H query's answer equals DuckDB's on the same SF 0.01 Parquet files, under
-both policies, decomposed 1, 3 and 8 ways, with the default packet size and with tiny
+the bobox, simple and streams policies, decomposed 1, 3 and 8 ways, with the default packet size and with tiny
 packets and one-packet buffers (many packets, full buffers, back-pressure everywhere).
 The same query mix run concurrently gives the same answers as run alone."""
 
@@ -24,6 +24,8 @@ CONFIGS = [
     ("bobox", 2048, 1, 3),
     ("simple", 2048, 1, 3),
     ("bobox", 512, 1, 1),
+    ("streams", None, 4, 1),
+    ("streams", 2048, 1, 3),
 ]
 
 
@@ -46,7 +48,7 @@ def test_parallel_8_has_over_100_operators_and_is_correct(tpch, answers):
             assert h.stats["operators"] == len(big[q])
 
 
-@pytest.mark.parametrize("policy", ["bobox", "simple"])
+@pytest.mark.parametrize("policy", ["bobox", "simple", "streams"])
 def test_concurrent_mix_same_answers_as_alone(tpch, policy):
     plans = {q: T.plan(q, tpch, 2) for q in T.DEFAULT_MIX}
     with Scheduler(policy=policy, packet_bytes=8192) as s:

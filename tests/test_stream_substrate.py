@@ -17,7 +17,7 @@ from bobox_sched.stream import model as M
 from bobox_sched.stream.punct import Batch, Marker, Pulse, Punctuation, Window
 from bobox_sched.stream.sources import GeneratorSource, QueueSource, StreamChannel
 
-POLICIES = ["bobox", "simple"]
+POLICIES = ["bobox", "simple", "streams"]
 
 
 def sched(policy, **kw):

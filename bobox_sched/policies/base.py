@@ -26,12 +26,16 @@ Contract:
   ValueError there;
 * ``options`` (class attribute): the keyword options ``Scheduler(...)`` passes on to the
   policy's constructor (``Scheduler(policy="ordered", heuristic="lp")``); a policy with
-  none refuses any.
+  none refuses any;
+* ``resolve_options(options)`` (classmethod) checks them before anything starts and
+  returns the class to instantiate and the keyword arguments to pass it (default: names
+  outside ``options`` refused; ``streams`` picks its threading model's class there).
 """
 
 from __future__ import annotations
 
 from .. import task as _task
+from ..errors import BoboxError
 
 
 class Policy:
@@ -53,6 +57,16 @@ class Policy:
         # one operator, a port of an operator) replaces it. An attribute, not a method,
         # so the default costs no extra frame per task.
         self.run_task = _task.run_task
+
+    @classmethod
+    def resolve_options(cls, options: dict):
+        """Check ``Scheduler(policy=..., **options)``'s policy options; return ``(class,
+        kwargs)`` for the constructor. Raises BoboxError naming a bad option."""
+        unknown = sorted(set(options) - set(cls.options))
+        if unknown:
+            have = f" (options: {', '.join(cls.options)})" if cls.options else ""
+            raise BoboxError(f"policy {cls.name!r} has no option {unknown[0]!r}{have}")
+        return cls, dict(options)
 
     @classmethod
     def default_packet_bytes(cls, topology) -> int:

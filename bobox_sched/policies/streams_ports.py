@@ -1,0 +1,243 @@
+"""Input ports of the ``streams`` policy: one SPSC queue per operator input port with its
+producer and consumer try-locks (``SPSCEnforcer``, Schneider & Wu Fig. 2), the port
+records, the table of registered ports (``queues_table``) and ``freePorts``, the LRU free
+list, plus ``find_work_non_blocking`` (Fig. 4), the one algorithm that walks that list.
+
+Protocol (who may touch what, when):
+
+* ``SPSCEnforcer.queue`` is a ``deque`` *without* ``maxlen`` (``maxlen`` would silently
+  drop the oldest tuple). Only the holder of ``prod`` appends, and only after checking
+  ``len(queue) < capacity`` under ``prod``; only the holder of ``cons`` pops. The
+  consumer can only shrink the queue, so the producer's check can only be pessimistic:
+  ``len(queue) <= capacity`` always (the paper's "size field" variant, L428).
+* ``prod`` and ``cons`` are ``threading.Lock`` objects used as the paper's atomic flags:
+  ``acquire(False)`` is one C-level test-and-set (``prodTryLock``/``consTryLock``),
+  ``release()`` the unlock. A plain ``if not flag: flag = True`` would not be atomic (the
+  GIL may switch threads between the two bytecodes). ``push`` releases ``prod`` on both
+  paths: erratum E1 (Fig. 2 returns true without ``prodUnlock()``).
+* ``cons`` is what makes a port exclusive: the one thread holding it is the only one that
+  may pop from the queue and execute the port, so tuples of a stream are executed in
+  the order they were pushed (requirement R2). An operator with several input ports and
+  no declared parallelism also has a *state lock* (``PortRecord.mutex``, shared by its
+  ports): a thread must hold it as well to execute any of those ports, so one thread at a
+  time runs inside the operator (SPL's automatic state lock, L592).
+* ``freePorts`` is a ``deque``: ``popleft`` takes the head, ``append`` puts at the tail
+  (E2: the L426 wording "pop from the back, push to the front" contradicts L313 and the
+  Boost FIFO it uses). Each is one atomic step under the GIL and internally locked in the
+  free-threaded build, so the list needs no lock; a pop on an empty list raises
+  ``IndexError``, the paper's failed pop. A port is always either on the list exactly
+  once or *checked out* by exactly one thread (popped, and not pushed back yet).
+* ``PortTable.ports`` (``queues_table``) is written only by ``register``/``retire``
+  under ``PortTable.lock``, before a request's sources start and after it ended; the
+  hot path never reads it: a port record carries its enforcer (OSS keeps an index on the
+  port) and an operator's outputs carry the receiving port records.
+* Retirement is lazy (ports come and go with requests, unlike the paper's PE whose table
+  is fixed at start-up): ``retire`` sets ``retired`` and empties the queue; whoever pops
+  a retired port from ``freePorts``, or would push a checked-out retired port back,
+  drops it instead.
+
+GIL: nothing here relies on the GIL beyond the atomicity of deque and lock operations,
+which the free-threaded build also provides; ``len(queue)`` read under ``prod`` needs
+no more than a non-torn read of the deque length.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+
+# What the queue's pop returns when there is nothing to pop.
+EMPTY = object()
+# A queue item that runs the port's operator without input (its ctx.reschedule()).
+RERUN = object()
+
+
+class SPSCEnforcer:
+    """A bounded FIFO of tuples (packets and punctuations, the final one included) with
+    a producer and a consumer try-lock (Fig. 2)."""
+
+    __slots__ = ("queue", "capacity", "prod", "cons")
+
+    def __init__(self, capacity: int):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"queue capacity must be a positive integer, got {capacity!r}")
+        self.queue: deque = deque()
+        self.capacity = capacity
+        self.prod = threading.Lock()  # prodLocked
+        self.cons = threading.Lock()  # consLocked
+
+    def prod_try_lock(self) -> bool:
+        return self.prod.acquire(False)
+
+    def prod_unlock(self) -> None:
+        self.prod.release()
+
+    def cons_try_lock(self) -> bool:
+        return self.cons.acquire(False)
+
+    def cons_unlock(self) -> None:
+        self.cons.release()
+
+    def push(self, item) -> bool:
+        """Append `item` if the producer lock is free and the queue not full; False
+        otherwise (full, or another producer holds the lock), without retrying."""
+        prod = self.prod
+        if not prod.acquire(False):
+            return False
+        q = self.queue
+        if len(q) < self.capacity:
+            q.append(item)
+            prod.release()
+            return True
+        prod.release()  # E1: always release the producer lock
+        return False
+
+    def pop(self):
+        """The oldest tuple, or EMPTY. Only the holder of ``cons`` calls this (a retiring
+        request may empty the queue concurrently: that is a failed pop too)."""
+        try:
+            return self.queue.popleft()
+        except IndexError:
+            return EMPTY
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+
+class PortRecord:
+    """One input port of one operator of one request: what a tuple's ``port()`` names.
+
+    ``op`` and ``index`` say what to execute; ``q`` is the port's SPSCEnforcer;
+    ``mutex`` the operator's state lock (None for a single-input operator, or one that
+    declared ``max_parallelism > 1``: it synchronises itself, its ports run
+    concurrently); ``_bx_req`` the request (read by the worker loop like a task's).
+    ``pid`` is the registration number (for tables and tests only)."""
+
+    __slots__ = ("op", "index", "q", "mutex", "_bx_req", "pid", "retired", "concurrent", "dq")
+
+    def __init__(self, op, index: int, capacity: int, mutex, concurrent: bool):
+        self.op = op
+        self.index = index
+        self.q = SPSCEnforcer(capacity)
+        self.mutex = mutex
+        self.concurrent = concurrent
+        self._bx_req = op._bx_req
+        self.pid = -1
+        self.retired = False
+        self.dq = None  # the dedicated model's blocking queue (threading_models)
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}.{self.op.inputs[self.index]}"
+
+    def __repr__(self) -> str:
+        return f"<Port {self.pid} {self.name}{' retired' if self.retired else ''}>"
+
+
+class PortTable:
+    """``queues_table`` and ``freePorts`` of the process: every registered port, and the
+    LRU free list of those not checked out by a thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # registration and retirement only
+        self.ports: dict[int, PortRecord] = {}  # queues_table: pid -> record (live ports)
+        self.free: deque = deque()  # freePorts: head = least recently used
+        self._ids = itertools.count()
+
+    def register(self, records) -> None:
+        """Add a request's ports (before its sources start): into the table and at the
+        tail of the free list."""
+        with self.lock:
+            for r in records:
+                r.pid = next(self._ids)
+                self.ports[r.pid] = r
+                self.free.append(r)
+
+    def retire(self, records) -> int:
+        """The request ended: its ports leave the table now and the free list lazily
+        (dropped by whoever pops them or would push them back). Queued tuples are
+        dropped; returns how many, RERUN markers not counted (0 for a request that
+        completed: every tuple ran)."""
+        dropped = 0
+        with self.lock:
+            for r in records:
+                r.retired = True
+                self.ports.pop(r.pid, None)
+                dropped += sum(1 for t in list(r.q.queue) if t is not RERUN)
+                r.q.queue.clear()
+        return dropped
+
+    def __len__(self) -> int:
+        return len(self.ports)
+
+    def give_back(self, port: PortRecord) -> None:
+        """Push a checked-out port at the tail (it was used most recently), or drop it if
+        its request ended meanwhile."""
+        if not port.retired:
+            self.free.append(port)
+
+
+def try_take(port: PortRecord):
+    """The test of Fig. 4 for one port: its consumer lock (and its operator's state lock)
+    taken and a tuple popped, or EMPTY with both locks released."""
+    q = port.q
+    cons = q.cons
+    if not cons.acquire(False):
+        return EMPTY
+    m = port.mutex
+    if m is not None and not m.acquire(False):
+        cons.release()
+        return EMPTY
+    item = q.pop()
+    if item is EMPTY:
+        if m is not None:
+            m.release()
+        cons.release()
+    return item
+
+
+def find_work_non_blocking(table: PortTable):
+    """Fig. 4's findWorkNonBlocking: a port that is on the free list, not taken by
+    another thread, and has a tuple. Returns ``(port, tuple)`` with the port checked out
+    and its consumer lock (and state lock) held, or None.
+
+    Priming read of the head, then a walk that pushes every port it could not use to the
+    tail and stops on the first failed pop or when it meets the first port again. Any
+    failure caused by contention abandons the search: another thread succeeded, so some
+    thread finds the work (L381). Two additions, both for ports that come and go with
+    requests: retired ports popped are dropped (and a retired first port is replaced by
+    the next one), and the walk gives up after one circuit of the registered ports (+1)
+    even if it never meets the first port again, which another thread may be holding
+    checked out (the paper's fixed table makes that rare; here its request may end)."""
+    free = table.free
+    while True:
+        try:
+            first = free.popleft()
+        except IndexError:
+            return None
+        if not first.retired:
+            break
+    item = try_take(first)
+    if item is not EMPTY:
+        return first, item
+    free.append(first)
+    budget = len(table.ports) + 1
+    while budget > 0:
+        budget -= 1
+        try:
+            port = free.popleft()
+        except IndexError:
+            return None
+        if port.retired:
+            continue  # lazily retired: dropped
+        item = try_take(port)
+        if item is not EMPTY:
+            return port, item
+        free.append(port)
+        if port is first:
+            break  # once round the list
+    return None
+
+
+__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "SPSCEnforcer", "find_work_non_blocking", "try_take"]

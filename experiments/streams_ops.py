@@ -1,0 +1,180 @@
+"""Operators and graph shapes of the IBM Streams experiments (Schneider & Wu section 5,
+spec 004 section 4): a source producing one-row tuples as fast as downstream accepts
+them, workers burning a fixed number of floating-point operations per tuple in a nogil
+kernel, a round-robin split, and a sink that counts tuples and checks per-edge order.
+
+Shapes with ``n`` worker operators (plus Src, Snk and, for the parallel shapes, Split):
+
+* ``pipeline``: Src -> W1 -> ... -> Wn -> Snk;
+* ``dp`` (pure data parallel): Src -> Split(n) -> W1..Wn -> Snk (n input ports: the
+  paper's single Snk port fed by 1,000 streams, with its lock-protected count, L592);
+* ``mixed``: Src -> Split(10) -> 10 pipelines of n/10 workers -> Snk.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit
+
+from bobox_sched import Operator, Plan, Source, StreamOperator
+from bobox_sched.packet import Packet
+from bobox_sched.stream import model as M
+
+SHAPES = ("pipeline", "dp", "mixed")
+# Costs per tuple (FLOPs) per shape: Figs. 8 (top: 1, 100, 1,000; bottom: 1, 10k, 100k)
+# and 9 (not in the text; Fig. 10 uses 1,000 for the mixed graph).
+COSTS = {"pipeline": (1, 100, 1000), "dp": (1, 10_000, 100_000), "mixed": (1, 100, 1000)}
+MIXED_WIDTH = 10
+
+
+@njit(nogil=True, cache=True)
+def burn(seed, flops):
+    """`flops` floating-point operations (multiply-adds count two), GIL released; the
+    result depends on every step, so the caller's use of it keeps the loop alive."""
+    acc = seed * 1e-9 + 1.0
+    for _ in range(max(1, flops // 2)):
+        acc = acc * 0.9999999 + 1e-7
+    return acc
+
+
+class Cost:
+    """The cost per tuple, shared by a plan's workers; an experiment may change it
+    while the graph runs (a change of load)."""
+
+    def __init__(self, flops: int):
+        self.flops = int(flops)
+
+
+class Meter:
+    """What the sink saw: tuples (read by the sampling thread), order violations."""
+
+    def __init__(self):
+        self.count = 0
+        self.violations = 0
+
+
+class Src(Source):
+    """One-row tuples 0, 1, 2, ... as fast as downstream takes them, until `stop` is set."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self.i = 0
+
+    def process(self, ctx):
+        if self.stop.is_set():
+            ctx.close()
+            ctx.finish()
+            return
+        # Plain one-row packets (not pooled: a pool block is a page, and a deep pipeline
+        # with 1,000-tuple queues holds up to a million tuples).
+        for _ in range(64):
+            ctx.send("out", Packet({"x": np.array([self.i], dtype=np.int64)}))
+            self.i += 1
+        ctx.reschedule()
+
+
+class Work(StreamOperator):
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+
+    def __init__(self, cost: Cost):
+        self.cost = cost
+        self.acc = 0.0
+
+    def on_packet(self, ctx, port, pkt):
+        self.acc += burn(float(pkt.columns["x"][0]), self.cost.flops)
+        ctx.send("out", pkt)  # forwarded unchanged: a packet is immutable once sent
+
+
+class Split(StreamOperator):
+    """Round-robin over `width` outputs."""
+
+    state = M.UNKNOWN
+
+    def __init__(self, width: int):
+        self.outputs = tuple(f"o{k}" for k in range(width))
+        self.k = 0
+
+    def on_packet(self, ctx, port, pkt):
+        ctx.send(self.outputs[self.k], pkt)
+        self.k = (self.k + 1) % len(self.outputs)
+
+
+class Snk(Operator):
+    """Counts tuples and checks that each input port sees increasing sequence numbers
+    (per-edge FIFO). Under policy ``streams`` it reads only the port being executed
+    (``ctx.port``); elsewhere it polls every input."""
+
+    outputs = ()
+
+    def __init__(self, width: int, meter: Meter):
+        self.inputs = tuple(f"i{k}" for k in range(width))
+        self.meter = meter
+        self.last = [-1] * width
+        self.ended = [False] * width
+        self.n_ended = 0
+
+    def _port(self, ctx, j, port):
+        meter = self.meter
+        while True:
+            p = ctx.recv(port)
+            if p is None:
+                break
+            x = p.columns["x"]
+            if x[0] <= self.last[j]:
+                meter.violations += 1
+            self.last[j] = int(x[-1])
+            meter.count += p.nrows
+        if not self.ended[j] and ctx.at_eos(port):
+            self.ended[j] = True
+            self.n_ended += 1
+
+    def process(self, ctx):
+        j = getattr(ctx, "port", -1)
+        if j >= 0:
+            self._port(ctx, j, self.inputs[j])
+        else:
+            for j, port in enumerate(self.inputs):
+                self._port(ctx, j, port)
+        if self.n_ended == len(self.inputs):
+            ctx.set_result(self.meter.count)
+            ctx.finish()
+
+
+def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event) -> Plan:
+    """The plan of `shape` with `n_ops` worker operators (module doc)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}")
+    plan = Plan(f"streams-{shape}")
+    plan.add("src", Src, stop)
+    if shape == "pipeline":
+        names = ["src"] + [plan.add(f"w{i}", Work, cost) for i in range(n_ops)]
+        plan.add("snk", Snk, 1, meter)
+        plan.chain(*names)
+        plan.connect(names[-1], "snk.i0")
+        return plan
+    width = n_ops if shape == "dp" else MIXED_WIDTH
+    depth = 1 if shape == "dp" else max(1, n_ops // MIXED_WIDTH)
+    plan.add("split", Split, width)
+    plan.connect("src", "split")
+    plan.add("snk", Snk, width, meter)
+    for k in range(width):
+        names = [plan.add(f"w{k}_{d}", Work, cost) for d in range(depth)]
+        plan.connect(f"split.o{k}", names[0])
+        if len(names) > 1:
+            plan.chain(*names)
+        plan.connect(names[-1], f"snk.i{k}")
+    return plan
+
+
+def n_workers(shape: str, n_ops: int) -> int:
+    if shape == "mixed":
+        return MIXED_WIDTH * max(1, n_ops // MIXED_WIDTH)
+    return n_ops
+
+
+__all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "Src", "Work", "build", "burn",
+           "n_workers"]

@@ -1,0 +1,78 @@
+"""``bobox experiment streams`` in a tiny configuration (10 operators, one cost per shape,
+sub-second runs): the CSV in the documented long format, both PNGs, the report section and
+the JSON keys of issue 13; the graph shapes; bad input. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from experiments.locality import CSV_COLUMNS, Ctx
+from experiments.streams_exp import exp_streams, queue_for, run_once
+from experiments.streams_ops import SHAPES, Cost, Meter, build, burn, n_workers
+from test_experiments import check_png, read_csv
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    burn(1.0, 10)  # the kernel compiled (or loaded from cache) before any run's clock
+
+
+def test_shapes_have_the_documented_operators():
+    for shape, n, ops in (("pipeline", 30, 32), ("dp", 30, 33), ("mixed", 30, 33)):
+        plan = build(shape, n, Cost(1), Meter(), threading.Event())
+        assert len(plan) == ops and n_workers(shape, n) == 30
+    assert [queue_for(s, 1000) for s in SHAPES] == [1, 1, 1]
+    assert [queue_for(s, 100) for s in SHAPES] == [9, 4, 9]
+
+
+@pytest.mark.parametrize("model", [{"model": "manual"}, {"model": "dedicated"}, {"threads": 2},
+                                   {"elastic": True, "min_level": 1, "max_level": 2, "period_s": 0.1}])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_model_runs_every_shape_in_order(shape, model):
+    r = run_once(shape, 20, 100, {"queue_capacity": queue_for(shape, 20), **model}, 0.6, 0.2)
+    assert r["violations"] == 0 and r["tuples"] > 0
+    assert len(r["samples"]) == 3 and r["ctx_switches"] >= 0
+
+
+@pytest.mark.slow
+def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
+    import topology as T
+
+    ctx = Ctx(out=tmp_path, repeat=1, quick=True, data_arg=None, sf=None, threads_per_node=None, virtual_nodes=None,
+              progress=False, command="bobox experiment streams (test)")
+    ctx.topo = T.probe()
+    costs = {"pipeline": (1,), "dp": (10_000,), "mixed": (100,)}
+    out = exp_streams(ctx, 10, {"sample_s": 0.2, "static_s": 0.4, "period_s": 0.2, "elastic_s": 1.2,
+                                "sweep": [1, 2], "costs": costs})
+    assert out["fifo_ok"] is True
+    for shape, (c,) in costs.items():
+        assert set(out["static"][shape][str(c)]) == {"1", "2"}
+        e = out["elastic"][shape][str(c)]
+        assert set(e) == {"level", "throughput"} and 1 <= e["level"] <= out["settings"]["max_level"]
+        assert out["elastic_vs_best_static"][shape][str(c)] >= 0
+    assert set(out["dynamic_vs_dedicated"]) == set(out["dynamic_vs_manual"]) == {"100"}
+    json.dumps(out)
+    header, rows = read_csv(tmp_path / "streams.csv")
+    assert header == CSV_COLUMNS and rows and all(r["experiment"] == "streams" for r in rows)
+    series = {r["series"] for r in rows}
+    assert {"manual", "dedicated", "dynamic-1", "dynamic-2", "elastic", "elastic-nocap"} <= series
+    check_png(tmp_path / "streams.png")
+    check_png(tmp_path / "streams-elastic.png")
+    report = (tmp_path / "report.md").read_text()
+    assert report.count("<!-- bobox:streams -->") == 1 and "Known deviation" in report and "placement `fill`" in report
+
+
+def test_bad_input():
+    for args, msg in ((["--ops", "5"], "--ops must be between 10"), (["--ops", "10001"], "--ops must be between 10"),
+                      (["--repeat", "3"], "--repeat does not apply")):
+        r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error:") and msg in r.stderr
+    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "balancer", "--ops", "100"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "streams experiment only" in r.stderr
