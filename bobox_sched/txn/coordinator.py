@@ -207,17 +207,23 @@ class Group:
         t0 = time.perf_counter()
         K, T, P = self.K, self.T, self.P
         insts = self.insts
-        ntx = np.array([i.buf.ntx for i in insts], np.int64)
-        nsl = np.array([i.buf.nslots for i in insts], np.int64)
-        ncs = np.array([i.buf.nc for i in insts], np.int64)
-        poffs = np.stack([i.poff for i in insts])
+        # Only what instances registered for *this* batch: one that ended in an earlier
+        # batch keeps arriving, empty, and may still be post-processing (resetting) its
+        # buffers of that batch right now.
+        fresh = [i.arrived_at == self.batch for i in insts]
+        ntx = np.array([i.buf.ntx if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        nsl = np.array([i.buf.nslots if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        ncs = np.array([i.buf.nc if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        nops = [i.buf.n if f else 0 for i, f in zip(insts, fresh)]
+        poffs = np.stack([i.poff if n else np.zeros(P + 1, np.int64) for i, n in zip(insts, nops)])
         txn_base = np.concatenate([[0], np.cumsum(ntx)[:-1]]).astype(np.int64)
         slot_base = np.concatenate([[0], np.cumsum(nsl)[:-1]]).astype(np.int64)
         NTX, NSL = int(ntx.sum()), int(nsl.sum())
         per_pool = (poffs[:, 1:] - poffs[:, :-1]).sum(axis=0)
         pool_off = np.concatenate([[0], np.cumsum(per_pool)]).astype(np.int64)
         NOPS = int(pool_off[-1])
-        txn_ts = np.concatenate([i.buf.tts[: i.buf.ntx] for i in insts]) if NTX else np.zeros(0, np.int64)
+        txn_ts = (np.concatenate([i.buf.tts[:k] for i, k in zip(insts, ntx) if k]) if NTX
+                  else np.zeros(0, np.int64))
         self.NOPS, self.NTX = NOPS, NTX
         self.stats["transactions"] += NTX
         self.stats["operations"] += NOPS
@@ -238,15 +244,14 @@ class Group:
         c_param = np.empty(max(ncond, 1), np.float64)
         cond_off = np.empty(NTX + 1, np.int64)
         cinst = np.concatenate([[0], np.cumsum(ncs)]).astype(np.int64)
-        K.build_conds(np.concatenate([i.buf.cb[: i.buf.nc] for i in insts]),
-                      np.concatenate([i.buf.cf[: i.buf.nc] for i in insts]), cinst, txn_base, NTX, cond_off, conds,
-                      c_param)
+        K.build_conds(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs)]),
+                      np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs)]), cinst, txn_base, NTX, cond_off,
+                      conds, c_param)
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
         # every instance's operations, partitioned by pool at its arrival, in one array
-        nops = [i.buf.n for i in insts]
         iinst = np.concatenate([[0], np.cumsum(nops)]).astype(np.int64)
-        self._build_args = (np.concatenate([i.pib[:n] for i, n in zip(insts, nops)]),
-                            np.concatenate([i.pfb[:n] for i, n in zip(insts, nops)]), iinst, poffs, slot_base,
+        self._build_args = (np.concatenate([i.pib[:n] for i, n in zip(insts, nops) if n]),
+                            np.concatenate([i.pfb[:n] for i, n in zip(insts, nops) if n]), iinst, poffs, slot_base,
                             txn_base, np.int64(ts_lo))
         self.round = 0
         self.round_done = 0
@@ -357,6 +362,12 @@ class Group:
         self._build_args = None
         self.live_versions = 0
         st["batches"] += 1
+        # Each instance still in this batch gets its results (an instance that reached its
+        # end in an earlier batch may not have post-processed that one yet: keyed by batch).
+        b = self.batch
+        for inst in self.insts:
+            if inst.batch == b and not inst.done:
+                inst.results[b] = self.results
         with self._lock:
             self.done_batch = self.batch
             self.batch += 1

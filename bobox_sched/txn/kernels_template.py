@@ -110,6 +110,33 @@ def append_conds(cb, cf, n0, txn0, keys, tbase, nkeys, code, rhs, rkeys, rbase, 
 
 
 @njit(nogil=True, cache=True)
+def cond_only_reads(ib, fb, n, cb, nc, tts, ntx):
+    """Transactions with conditions but no operation get one READ (no result) of their
+    first condition's record, so that a chain evaluates their verdict. Returns the new
+    operation count (the buffer must have room for `nc` more)."""
+    has = np.zeros(ntx, np.int8)
+    for i in range(n):
+        has[ib[i, F_TXN]] = 1
+    k = n
+    for c in range(nc):
+        x = cb[c, 0]
+        if has[x]:
+            continue
+        has[x] = 1
+        ib[k, F_TS] = tts[x]
+        ib[k, F_SEQ] = 0
+        ib[k, F_G] = cb[c, 1]
+        ib[k, F_KIND] = READ
+        ib[k, F_FUN] = 0
+        ib[k, F_SRC] = -1
+        ib[k, F_OUT] = -1
+        ib[k, F_TXN] = x
+        fb[k] = 0.0
+        k += 1
+    return k
+
+
+@njit(nogil=True, cache=True)
 def partition_ops(ib, fb, n, pool_of, npools, ob, of, poff):
     """Stable counting sort of the first `n` operations by the pool of their record
     (``pool_of[g]``) into ``ob``/``of``; ``poff[p]:poff[p+1]`` is pool p's range."""

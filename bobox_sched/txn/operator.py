@@ -115,6 +115,7 @@ class TransactionalOperator(Operator):
                 return
             self._post_dual(ctx, st)
             if st.final:
+                st.done = True
                 ctx.close()
                 ctx.finish()
                 return
@@ -166,6 +167,9 @@ class TransactionalOperator(Operator):
                              f"{int(st.buf.tts[: st.buf.ntx].max())} precedes the punctuation of ts {punct_ts}")
         buf = st.buf
         g = st.group
+        if buf.nc:
+            buf.reserve_ops(buf.nc)
+            buf.n = st.K.cond_only_reads(buf.ib, buf.fb, buf.n, buf.cb, buf.nc, buf.tts, buf.ntx)
         st.pib = np.empty((max(buf.n, 1), buf.ib.shape[1]), np.int64)
         st.pfb = np.empty(max(buf.n, 1), np.float64)
         st.poff = np.zeros(g.P + 1, np.int64)
@@ -173,10 +177,11 @@ class TransactionalOperator(Operator):
             st.K.partition_ops(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
         st.waiting = True
         st.final = final
+        st.arrived_at = st.batch
         g.arrive(self.executor, final, punct_ts)
 
     def _post_dual(self, ctx, st) -> None:
-        res, verdict, slot_base, txn_base = st.group.results
+        res, verdict, slot_base, txn_base = st.results.pop(st.batch)
         sb, tb = int(slot_base[self.executor]), int(txn_base[self.executor])
         stash, st.stash = st.stash, []
         for eb in stash:
@@ -283,6 +288,9 @@ class _State:
         self.pib = self.pfb = self.poff = None
         self.pending = None
         self.inbox = deque()  # input taken while waiting at a barrier, in arrival order
+        self.results: dict = {}  # batch -> its results, set by the group when it finished
+        self.done = False  # ended (after its final batch's post-processing)
+        self.arrived_at = -1  # the batch it last arrived at
 
 
 __all__ = ["TransactionalOperator"]
