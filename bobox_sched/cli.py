@@ -61,7 +61,8 @@ def _cmd_experiment(sub):
 
     p = sub.add_parser("experiment", help="locality experiments: CSV + PNG + report.md (the paper's figures)",
                        description="Reproduce the Bobox paper's figures on this machine: numa-factor (table 1), "
-                       "packet-size (figure 1), numa-placement (figure 2), schedulers (figure 3), balancer, all.")
+                       "packet-size (figure 1), numa-placement (figure 2), schedulers (figure 3), balancer, all; "
+                       "tstream: the TStream paper's figures 8-12 and 14 (transactional shared state).")
     experiment_cli.add_arguments(p)
     p.set_defaults(func=experiment_cli.run)
 

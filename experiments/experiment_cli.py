@@ -1,9 +1,9 @@
 """``bobox experiment NAME``: argument parsing (light); the experiments live in
-``experiments/locality.py``."""
+``experiments/locality.py`` and ``experiments/tstream.py``."""
 
 from __future__ import annotations
 
-EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
+EXPERIMENTS = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all", "tstream")
 
 
 def add_arguments(p) -> None:
@@ -20,6 +20,8 @@ def add_arguments(p) -> None:
                    help="worker threads per NUMA node (default: one per CPU)")
     p.add_argument("--virtual-nodes", type=int, default=None, metavar="K",
                    help="balancer on a one-node machine: split its CPUs into K virtual nodes (default 2 there)")
+    p.add_argument("--events", type=int, default=None, metavar="N",
+                   help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -31,11 +33,16 @@ def run(args) -> int:
 
     from . import locality
 
-    for k in ("repeat", "sf", "threads_per_node", "virtual_nodes"):
+    for k in ("repeat", "sf", "threads_per_node", "virtual_nodes", "events"):
         v = getattr(args, k)
         if v is not None and v <= 0:
             raise BoboxError(f"--{k.replace('_', '-')} must be positive, got {v}")
-    summary = locality.run_experiment(args)
+    if args.name == "tstream":
+        from . import tstream
+
+        summary = tstream.run_experiment(args)
+    else:
+        summary = locality.run_experiment(args)
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -1,6 +1,7 @@
 """Real atomics for nogil numba kernels: LLVM ``atomicrmw``, ``cmpxchg`` and atomic
 ``load``/``store`` emitted through ``numba.extending.intrinsic``, plus ``cpu_relax`` (the
-x86 ``pause`` hint) and ``cycles`` (``llvm.readcyclecounter``, the TSC on x86).
+x86 ``pause`` hint on bare metal, nothing in a VM: ``spin_with_pause``) and ``cycles``
+(``llvm.readcyclecounter``, the TSC on x86).
 
 Why: the lock-based baselines (LOCK, MVLK, PAT) coordinate executors through counters,
 lock words and low-water marks. Done with Python locks, the measured gap between them
@@ -19,6 +20,8 @@ All functions take a 1-D integer array and an index; they operate on that elemen
 
 from __future__ import annotations
 
+import functools
+import os
 import platform
 
 from llvmlite import ir
@@ -120,9 +123,9 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
 @intrinsic
-def cpu_relax(typingctx):
-    """A spin-wait hint (``pause`` on x86: lets the sibling hyper-thread run and avoids
-    the memory-order flush when the awaited store lands); nothing elsewhere."""
+def cpu_pause(typingctx):
+    """The x86 ``pause`` spin-wait hint (lets the sibling hyper-thread run, avoids the
+    memory-order flush when the awaited store lands); nothing on other CPUs."""
     sig = types.void()
 
     def codegen(context, builder, sig, args):
@@ -132,6 +135,32 @@ def cpu_relax(typingctx):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def cpu_nop(typingctx):
+    """No hint at all (a plain spin)."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@functools.lru_cache(maxsize=1)
+def spin_with_pause() -> bool:
+    """Whether spin loops use ``pause`` (x86; the usual polite spin). ``BOBOX_SPIN_PAUSE=0``
+    turns it off -- e.g. to try a VM whose hypervisor deschedules vCPUs that spin on
+    ``pause`` (pause-loop exiting); on the shared 2-vCPU development VM, interleaved runs
+    with and without it measured the same within the host's load noise."""
+    env = os.environ.get("BOBOX_SPIN_PAUSE")
+    if env is not None:
+        return env not in ("0", "", "no", "false")
+    return _X86
+
+
+cpu_relax = cpu_nop if not spin_with_pause() else cpu_pause
 
 
 @intrinsic
@@ -172,5 +201,5 @@ def cycles_per_second() -> float:
     return _CPS
 
 
-__all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_max", "atomic_store", "cpu_relax", "cycles",
-           "cycles_per_second"]
+__all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_max", "atomic_store", "cpu_nop", "cpu_pause",
+           "cpu_relax", "cycles", "cycles_per_second", "spin_with_pause"]

@@ -19,14 +19,17 @@ SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
 NUMA_MODES = ("shared-nothing", "shared-per-socket", "shared-everything")
 DEFAULT_INTERVAL = 500  # events per executor between punctuations (paper L307)
 # How long (microseconds) a baseline kernel spins on a counter or lock word before it
-# returns "blocked" so that its worker can run something else. Bounded by time, not by
-# tries: a `pause` costs ~40 cycles on bare metal but ~600 in the development VM (pause-
-# loop exits), so a count of tries means nothing across machines. 200 us is about the
-# Python phase of the executor being waited for (pre-process, registration and post of
-# one 500-row packet: 100-300 us measured on the GS workload): a wait on an executor
-# that is running ends within it, while one on an executor that is not running (more
-# executors than threads) gives the worker back after a fraction of a millisecond.
-DEFAULT_SPIN_US = 200.0
+# returns "blocked" so that its worker can run something else -- bounded by time, not by
+# tries (a try's cost differs across machines). With no more executors than worker
+# threads the executor waited for is running, or will be soon: its Python phase
+# (post-processing a 500-row packet and registering the next) takes a few hundred us
+# (profiled on GS), and giving up costs a trip through the scheduler that takes the GIL
+# that executor needs -- so spin 1 ms. (On the 2-vCPU development VM, 200 us and 3 ms
+# budgets gave the same SL throughput for LOCK and PAT within the host's load noise.)
+# With more executors than threads the one waited for may not be running at all: give
+# the worker back after 50 us.
+SPIN_US_OWN_THREAD = 1000.0
+SPIN_US_SHARED = 50.0
 
 
 @dataclass
@@ -46,7 +49,8 @@ class TxnConfig:
     pat_partitions PAT's partition count (default: executors)
     pat_seq        PAT: ``pat_seq[ts, p]`` = number of earlier transactions touching
                    partition p (``baselines.pat_sequence``); required for cc="pat"
-    spin_us        how long a baseline's wait spins before it returns "blocked"
+    spin_us        how long a baseline's wait spins before it returns "blocked" (default:
+                   1 ms if every executor can have a worker thread, else 50 us)
     name           names the group (several groups may share a request)
     """
 
@@ -59,7 +63,7 @@ class TxnConfig:
     work_stealing: bool = False
     pat_partitions: int | None = None
     pat_seq: np.ndarray | None = None
-    spin_us: float = DEFAULT_SPIN_US
+    spin_us: float | None = None
     name: str = "txn"
 
     def __post_init__(self):
@@ -88,14 +92,17 @@ class TxnConfig:
                                  "bobox_sched.txn.baselines.pat_sequence)")
             if self.pat_seq.ndim != 2 or self.pat_seq.shape[1] != self.pat_partitions:
                 raise ValueError(f"pat_seq must be [ts, {self.pat_partitions}], got shape {self.pat_seq.shape}")
-        if not (isinstance(self.spin_us, (int, float)) and self.spin_us > 0):
+        if self.spin_us is not None and not (isinstance(self.spin_us, (int, float)) and self.spin_us > 0):
             raise ValueError(f"spin_us must be a positive number, got {self.spin_us!r}")
 
-    @property
-    def spin_ticks(self) -> int:
+    def spin_ticks(self, workers: int) -> int:
+        """The spin budget in cycle-counter ticks, for `workers` worker threads."""
         from .atomics import cycles_per_second
 
-        return max(1, int(self.spin_us * 1e-6 * cycles_per_second()))
+        us = self.spin_us
+        if us is None:
+            us = SPIN_US_OWN_THREAD if self.executors <= workers else SPIN_US_SHARED
+        return max(1, int(us * 1e-6 * cycles_per_second()))
 
     @property
     def punctuation_interval(self) -> int:
@@ -108,4 +115,4 @@ def partition_of_key(keys, nparts: int):
     return np.asarray(keys) % nparts
 
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_SPIN_US", "NUMA_MODES", "SCHEMES", "TxnConfig", "partition_of_key"]
+__all__ = ["DEFAULT_INTERVAL", "SPIN_US_OWN_THREAD", "SPIN_US_SHARED", "NUMA_MODES", "SCHEMES", "TxnConfig", "partition_of_key"]

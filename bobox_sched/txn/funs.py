@@ -220,18 +220,29 @@ def _dispatch_source(funs: list[Fun], cfuns: list[CFun]) -> str:
 _TEMPLATE = Path(__file__).with_name("kernels_template.py")
 
 
+_current = [None, None]  # (number of registered functions, module) of the last call
+
+
 def kernels():
     """The kernel module for the Funs and CFuns registered now (compiled once per set of
     functions per machine; see the module doc)."""
     with _LOCK:
         funs, cfuns = list(_funs), list(_cfuns)
+        if _current[0] == (len(funs), len(cfuns)):
+            return _current[1]
+    from .atomics import spin_with_pause
+
     template = _TEMPLATE.read_text()
     head, _, body = template.partition("# ---- kernels ----\n")
-    source = head + "\n" + _dispatch_source(funs, cfuns) + "\n" + body
+    # The spin hint is decided per machine (atomics.spin_with_pause) and written into the
+    # source, so that kernels compiled with and without it never share a cache entry.
+    relax = "cpu_relax = cpu_pause\n" if spin_with_pause() else "cpu_relax = cpu_nop\n"
+    source = head + relax + "\n" + _dispatch_source(funs, cfuns) + "\n" + body
     key = hashlib.sha1(source.encode()).hexdigest()[:20]
     with _LOCK:
         mod = _modules.get(key)
         if mod is not None:
+            _current[:] = [(len(funs), len(cfuns)), mod]
             return mod
         d = cache_dir()
         d.mkdir(parents=True, exist_ok=True)
@@ -246,6 +257,7 @@ def kernels():
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
         _modules[key] = mod
+        _current[:] = [(len(funs), len(cfuns)), mod]
         return mod
 
 

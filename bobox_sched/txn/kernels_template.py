@@ -21,7 +21,7 @@ Data layouts (built in Python by ``table.py``, ``ops.py`` and ``chains.py``):
 import numpy as np
 from numba import njit
 
-from bobox_sched.txn.atomics import atomic_add, atomic_load, atomic_store, cpu_relax, cycles
+from bobox_sched.txn.atomics import atomic_add, atomic_load, atomic_store, cpu_nop, cpu_pause, cycles  # noqa: F401
 
 # ---- kernels ----
 

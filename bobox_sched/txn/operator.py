@@ -278,7 +278,7 @@ class _State:
         self.op = ctx.op
         self.K = self.group.K
         self.dual = cfg.dual_mode
-        self.spin = cfg.spin_ticks
+        self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))
         self.buf = OpBuffer()
         self.stash: list = []
         self.waiting = False

@@ -48,10 +48,11 @@ class TxnSink(StreamOperator):
         ctx.set_result({"rows": self.rows, "latency_ns": lat, "outputs": outs})
 
 
-def build_plan(app, cfg: TxnConfig, events: dict, keep: bool = False, packet_rows: int | None = None) -> Plan:
+def build_plan(app, cfg: TxnConfig, events: dict, keep: bool = False, packet_rows: int | None = None,
+               deadline_s: float | None = None) -> Plan:
     T = cfg.executors
     plan = Plan(f"tstream-{app.name}-{cfg.cc}")
-    plan.add("parser", ArrayParser, events, T, cfg.interval, cfg, packet_rows or min(cfg.interval, 1024))
+    plan.add("parser", ArrayParser, events, T, cfg.interval, cfg, packet_rows or min(cfg.interval, 1024), deadline_s)
     plan.add("sink", TxnSink, T, keep)
     for t in range(T):
         plan.add(f"{app.name}{t}", app.operator, cfg, t, **app.operator_kwargs())
@@ -60,10 +61,12 @@ def build_plan(app, cfg: TxnConfig, events: dict, keep: bool = False, packet_row
     return plan
 
 
-def oracle_of(app, store, events: dict):
-    """(final records, outputs sorted by ts) of the serial timestamp-order run."""
-    n = len(next(iter(events.values())))
-    cols = dict(events)
+def oracle_of(app, store, events: dict, n: int | None = None):
+    """(final records, outputs sorted by ts) of the serial timestamp-order run of the
+    first `n` events (all by default)."""
+    if n is None:
+        n = len(next(iter(events.values())))
+    cols = {k: v[:n] for k, v in events.items()}
     cols["ts"] = np.arange(n, dtype=np.int64)
     cols["t_in"] = np.zeros(n, np.int64)
     op = app.operator(TxnConfig(store, 1), 0, **app.operator_kwargs())
@@ -99,12 +102,17 @@ def same_outputs(a: dict, b: dict) -> bool:
     return True
 
 
-def run_once(scheduler, app, store, events: dict, cfg: TxnConfig, keep: bool = False, timeout: float = 600) -> dict:
+def run_once(scheduler, app, store, events: dict, cfg: TxnConfig, keep: bool = False, timeout: float = 600,
+             deadline_s: float | None = None) -> dict:
     """One request: throughput (events/s over the request's wall time), latency
-    percentiles, the group's statistics, the sink's outputs (with `keep`)."""
-    plan = build_plan(app, cfg, events, keep=keep)
+    percentiles, the group's statistics, the workers' busy time during the request, the
+    sink's outputs (with `keep`). With `deadline_s` the parser stops early, after a
+    prefix of the events (``events`` says how many)."""
+    plan = build_plan(app, cfg, events, keep=keep, deadline_s=deadline_s)
+    busy0 = sum(w.busy_ns for w in scheduler.workers)
     h = scheduler.submit(plan)
     res = h.result(timeout=timeout)
+    busy = (sum(w.busy_ns for w in scheduler.workers) - busy0) / 1e9
     req = h._request
     elapsed = req.elapsed
     grp = req.__dict__.get("txn_groups", {}).get(cfg.name)
@@ -117,7 +125,8 @@ def run_once(scheduler, app, store, events: dict, cfg: TxnConfig, keep: bool = F
         "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
         "group": grp.summary() if grp is not None else {},
         "outputs": res["outputs"],
-        "busy_s": None,
+        "busy_s": busy,
+        "workers": len(scheduler.workers),
     }
     return out
 
