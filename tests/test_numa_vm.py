@@ -5,9 +5,11 @@ bookkeeping. Skipped where QEMU/virtme-ng/a kernel image are missing, unless
 BOBOX_REQUIRE_VM=1 (set by .ci/run), where a missing VM is a failure."""
 
 import os
+import subprocess
+import sys
 
 import pytest
-from numa_vm import DISTANCES_2, DISTANCES_4, guest_data_dir, run_guest, unavailable_reason
+from numa_vm import DISTANCES_2, DISTANCES_4, REPO, guest_data_dir, run_guest, unavailable_reason
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -144,3 +146,39 @@ def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
         assert info["nodes"] == [node], (c, info)
         assert set(info["state_pages"]) == {str(node)}, (c, info)
     assert {n for info in r["channels"].values() for n in info["nodes"]} == {0, 1}
+def guest_txn():
+    """2 nodes x 2 CPUs running TStream. The chain kernels are compiled on the host for a
+    generic CPU first (NUMBA_CPU_NAME=generic: the same cache key in the emulated guest),
+    into a cache the guest copies."""
+    require_vm()
+    vm = REPO / ".vmdata"
+    env = {"NUMBA_CPU_NAME": "generic", "BOBOX_KERNEL_CACHE": str(vm / "kernels")}
+    primed = vm / "numba-txn"
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "vm_guest.py"), "tstream_numa"], cwd=REPO,
+                       env={**os.environ, **env, "NUMBA_CACHE_DIR": str(primed), "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0 and "@@RESULT tstream_numa" in r.stdout, r.stderr[-3000:]
+    res = run_guest(["tstream_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=2,
+                    env={**env, "BOBOX_VM_TXN_CACHE": str(primed), "NUMBA_CACHE_DIR": "/tmp/numba-txn"})
+    t = res["tstream_numa"]
+    assert "error" not in t, t.get("error")
+    return t
+
+
+def test_tstream_state_pages_on_their_pools_nodes(guest_txn):
+    """Every store segment's pages are on the node it was placed for (the kernel's
+    answer), every run equals the serial oracle, and without stealing every pool task
+    ran on its pool's node, with all its records' pages local."""
+    t = guest_txn
+    assert sorted(set(t["workers"])) == [0, 1]
+    for mode in ("shared-nothing", "shared-per-socket", "shared-everything"):
+        m = t[mode]
+        assert m["equal"], mode
+        assert sorted(placed for placed, _ in m["segments"]) == [0, 1], mode
+        for placed, hist in m["segments"]:
+            assert set(hist) == {str(placed)}, (mode, placed, hist)
+    assert t["shared-nothing"]["pools"] == 4 and t["shared-per-socket"]["pools"] == 2
+    for mode in ("shared-nothing", "shared-per-socket"):
+        assert t[mode]["placement_locality"] == 1.0 and t[mode]["page_locality"] == 1.0, t[mode]
+    # one pool over both nodes' records, walked by any worker: about half local
+    assert 0.2 < t["shared-everything"]["page_locality"] < 0.8, t["shared-everything"]

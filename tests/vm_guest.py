@@ -227,6 +227,42 @@ def regions_numa():
         nodes = [nd.os_index for nd in s.topology.cpu_nodes]
     return {"identical": want == got, "rows": got["rows"], "nodes": nodes,
             "channels": {str(k): v for k, v in report.items() if k != "sequential"}}
+def tstream_numa():
+    """TStream on real NUMA nodes (GS, every numa_mode): the nodes of the state's pages as
+    the kernel reports them (move_pages), where the pool tasks ran, and every run
+    against the serial oracle. Numba's cache for this check was primed on the host for a
+    generic CPU (BOBOX_VM_TXN_CACHE): compiling the chain kernels under emulation would
+    take far too long."""
+    import shutil
+
+    primed = os.environ.get("BOBOX_VM_TXN_CACHE")
+    if primed and os.environ.get("NUMBA_CACHE_DIR") and os.path.isdir(primed):
+        shutil.copytree(primed, os.environ["NUMBA_CACHE_DIR"], dirs_exist_ok=True)  # before numba is imported
+    import numpy as np
+
+    from bobox_sched import Scheduler
+    from bobox_sched.txn import TxnConfig
+    from operators.txn import make_app, oracle_of, run_once, same_outputs
+
+    app = make_app("gs", nkeys=4000, nparts=4)
+    ev = app.events(3000, seed=3)
+    dense, ref = oracle_of(app, app.make_store(), ev)
+    out = {}
+    with Scheduler(balance_interval=None) as s:
+        out["workers"] = [w.node_id for w in s.workers]
+        for mode, steal in (("shared-nothing", False), ("shared-per-socket", False), ("shared-everything", True)):
+            store = app.make_store()
+            cfg = TxnConfig(store, len(s.workers), interval=150, numa_mode=mode, work_stealing=steal)
+            r = run_once(s, app, store, ev, cfg, keep=True)
+            g = r["group"]
+            out[mode] = {
+                "equal": bool(np.array_equal(store.dense(), dense) and same_outputs(r["outputs"], ref)),
+                "segments": [[placed, hist] for placed, hist in store.page_nodes()],
+                "pools": g["pools"],
+                "placement_locality": g["placement_locality"],
+                "page_locality": g["page_locality"],
+            }
+    return out
 
 
 def main(names):

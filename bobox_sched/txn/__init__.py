@@ -1,0 +1,24 @@
+"""Transactional shared state for stream operators (TStream, Zhang et al.; spec
+``002-tstream.md``): state tables, transactional operators (pre-process / state access /
+post-process), dual-mode scheduling between batch punctuations, operation chains
+processed by nogil kernels in rounds, NUMA placement of the chain pools, and the LOCK /
+MVLK / PAT / No-Lock baselines behind ``TxnConfig(cc=...)``.
+
+Modules: ``table`` (StateTable, StateStore), ``funs`` (Fun, CFun and the generated
+kernels), ``ops`` (the txn handle, EventBlotter), ``operator``
+(TransactionalOperator), ``progress`` (the progress controller), ``coordinator``
+(dual-mode scheduling), ``chains`` (a batch's arrays), ``placement`` (numa_mode),
+``baselines``, ``oracle`` (serial timestamp-order execution), ``atomics``.
+"""
+
+from .config import NUMA_MODES, SCHEMES, TxnConfig
+from .funs import (ADD_SRC, AVG2, COPY, DEC, EQ, GE, GT, INC, LE, LT, NE, SET, SET_INSERT, CFun, Cond, Fun,
+                   register_cfun, register_fun)
+from .operator import TransactionalOperator
+from .ops import EventBlotter, Txn
+from .progress import ProgressController
+from .table import StateStore, StateTable
+
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "EventBlotter", "Fun", "GE", "GT", "INC", "LE",
+           "LT", "NE", "NUMA_MODES", "ProgressController", "SCHEMES", "SET", "SET_INSERT", "StateStore",
+           "StateTable", "TransactionalOperator", "Txn", "TxnConfig", "register_cfun", "register_fun"]

@@ -1,0 +1,432 @@
+"""Dual-mode scheduling (TStream section IV-B, spec section 2) on the bobox runtime.
+
+One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instances
+(executors) of a transactional operator. A batch goes through these steps:
+
+1. **Compute mode.** Each instance runs ``pre_process`` and ``state_access`` on its
+   packets: the operations are *registered* in the instance's own buffers, the blotters
+   are stashed in the instance (``operator.py``).
+2. **Barrier 1, without waiting.** An instance that takes a ``Batch`` punctuation (or
+   reaches its end of stream) partitions its operations by chain pool (a nogil counting
+   sort), *arrives* (``arrive``) and returns: it takes no more input (its input buffer
+   fills and back-pressure stops its upstream), and it never blocks its worker. The
+   last instance to arrive starts state-access mode (``_start_batch``).
+3. **Round 0: append, then sort.** One task per pool (``Policy.push_on``: the pool's
+   worker, or node) gathers the pool's operations from every instance and sorts them by
+   (record, ts, seq): each record's run is its operation chain (``build_pool``).
+4. **Rounds.** Tasks walk the chains (``process_pool``) at operation level: an
+   operation that reads another record runs once every operation of that record's chain
+   below its ts was done, in the snapshot taken when the previous round ended (or live,
+   for chains the same task walks). Chains that others read keep one version per
+   operation. Each round runs at least the lowest pending operation (spec 3.2.5).
+5. **Aborts** (spec 3.4): when no operation is pending, the smallest-ts transaction that
+   violated a constraint is aborted, the chains it touched and their dependents are
+   restored to just below it and re-run; repeated until no violation is left.
+6. **Barrier 2 and garbage collection.** The last task to finish frees the batch's
+   versions (``finish_batch``), publishes the results, and schedules every instance.
+7. **Post-processing.** Each instance, on its own thread, runs ``post_process`` on its
+   stashed blotters (now holding the results), then resumes taking input.
+
+Protocol (who touches what, when):
+
+* An instance's buffers and stash: only the thread running the instance, except that
+  from its arrival until its post-processing the batch's tasks read its partitioned
+  operations (it runs no compute meanwhile: ``waiting``).
+* ``Group._lock`` guards ``arrived``, ``eos``, ``phase``, ``batch``, ``done_batch``,
+  ``outstanding`` and the round's tallies. It is taken once per instance per batch
+  (arrival) and once per task per round -- never per packet or per operation.
+* The batch arrays (``B``) are written in round 0 by the pool tasks in disjoint ranges,
+  and in rounds by the task that walks a chain; a round ends only when its last task
+  took ``_lock``, and the next round's tasks are pushed after that (lock release, then
+  the policy's deque append): everything a round wrote is visible to the next. Inside a
+  round, tasks that share a pool (work stealing) claim chains with an atomic cursor and
+  publish chain progress with atomic stores (``atomics.py``).
+* ``_start_batch``, ``_advance`` and ``_finish`` run on the thread of the last arrival /
+  last task, alone (no other task of the batch exists at that moment).
+
+GIL: Python work per batch is O(instances + pools x rounds); every per-operation step is
+in a nogil kernel. A free-threaded build needs nothing more: the shared state is either
+under ``_lock``, in atomics, or handed over through the runtime's task push.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..operator import Operator
+from ..task import schedule
+from .funs import kernels
+from .placement import make_placement, place_store
+
+COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
+# Batches a dealer may have out beyond the last finished one: the batch in state access
+# and the next (stashed by the instances) -- "e6 and e7 wait" (paper Fig. 3a) with one
+# batch of slack so that compute mode resumes at once.
+LOOKAHEAD = 2
+INF_TS = 2**62
+
+_GROUPS_LOCK = threading.Lock()
+
+
+def group_of(ctx, cfg, executor: int):
+    """The group of `cfg` in the running request (created by the first instance)."""
+    req = ctx.request
+    with _GROUPS_LOCK:
+        groups = req.__dict__.setdefault("txn_groups", {})
+        g = groups.get(cfg.name)
+        if g is None:
+            g = Group(cfg, req, ctx.scheduler)
+            groups[cfg.name] = g
+        elif g.cfg is not cfg:
+            raise ValueError(f"two transactional groups named {cfg.name!r} with different settings in one request")
+    return g
+
+
+class _PoolTask(Operator):
+    """A state-access task of one pool (a runtime task with no ports)."""
+
+    def __init__(self, group, pool: int, k: int, parity: int):
+        self.group, self.pool, self.k, self.parity = group, pool, k, parity
+        self.kind = None
+        # the chain walk's stack (chains, and the ts each must get past) and a scratch;
+        # 4096 levels: dependencies deeper than that wait for the next round
+        self.scratch = (np.empty(4096, np.int64), np.empty(4096, np.int64), np.zeros(3, np.int64))
+
+    def process(self, ctx):
+        self.group._run_task(self, ctx.worker)
+
+
+class Group:
+    """The coordinator of one transactional operator's instances (module doc)."""
+
+    def __init__(self, cfg, request, scheduler):
+        self.cfg = cfg
+        self.request = request
+        self.scheduler = scheduler
+        self.K = kernels()
+        self.store = cfg.store
+        self.store.acquire(self)
+        request.future.add_done_callback(lambda _f, st=self.store: st.release(self))
+        self.T = cfg.executors
+        workers = list(scheduler.workers)
+        self.placement = make_placement(cfg.numa_mode, cfg.work_stealing, workers, self.store)
+        place_store(self.placement, self.store)
+        self.S = self.store.view()
+        self.P = self.placement.npools
+        self.pool_of_rec = self.placement.pool_of_rec
+        G = self.store.nrecords
+        self.rec_chain = np.full(G, -1, np.int64)
+        self.rec_ver = np.zeros(G, np.int64)
+        self.insts = [None] * self.T
+        self._lock = threading.Lock()
+        self.arrived: set = set()
+        self.eos: set = set()
+        self.batch = 0
+        self.done_batch = -1
+        self.phase = COMPUTE
+        self.final = False
+        self.punct_ts = None
+        self.gate_waiters: list = []
+        self._cap = 0
+        self.B = None
+        self.results = None
+        # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
+        self.tasks = []
+        for p, targets in enumerate(self.placement.tasks):
+            row = []
+            for k in range(len(targets)):
+                pair = []
+                for parity in range(2):
+                    t = _PoolTask(self, p, k, parity)
+                    t._bind(f"{cfg.name}.pool{p}.{k}.{parity}", request, 1)
+                    pair.append(t)
+                row.append(pair)
+            self.tasks.append(row)
+        self.live_versions = 0
+        self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
+                      "aborts": 0, "restored_chains": 0, "versions_peak": 0, "versions_total": 0,
+                      "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "empty_batches": 0,
+                      "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
+        self._page_frac = self._segment_page_fractions()
+        if cfg.cc != "tstream":
+            from .baselines import BaselineState
+
+            self.base = BaselineState(cfg, self.store, self.K)
+        else:
+            self.base = None
+
+    # -- instances ------------------------------------------------------------------------
+    def register(self, executor: int, inst) -> None:
+        if not 0 <= executor < self.T:
+            raise ValueError(f"executor {executor} out of range: the group has {self.T} executors")
+        with self._lock:
+            if self.insts[executor] is not None and self.insts[executor] is not inst:
+                raise ValueError(f"two instances claim executor {executor} of group {self.cfg.name!r}")
+            self.insts[executor] = inst
+
+    def arrive(self, executor: int, final: bool, punct_ts) -> None:
+        """Barrier 1 (step 2 of the module doc): the instance registered everything of
+        this batch and waits -- without blocking -- for its results."""
+        with self._lock:
+            if self.phase != COMPUTE:
+                raise RuntimeError(f"instance {executor} arrived while the group is in {self.phase} mode")
+            if final:
+                self.eos.add(executor)
+            elif punct_ts is not None:
+                if self.punct_ts is None:
+                    self.punct_ts = punct_ts
+                elif self.punct_ts != punct_ts:
+                    raise ValueError(f"batch {self.batch}: executors got punctuations with different timestamps "
+                                     f"({self.punct_ts} and {punct_ts})")
+            self.arrived.add(executor)
+            last = len(self.arrived) == self.T
+            if last:
+                self.phase = BUILD
+                self.final = len(self.eos) == self.T
+        if last:
+            self._start_batch()
+
+    def gate(self, batch: int, op) -> bool:
+        """May events of `batch` be dealt now? At most two batches are out at a time (the
+        one in state access and the next one); otherwise `op` (the dealer) is scheduled
+        again when a batch finishes."""
+        if batch <= self.done_batch + LOOKAHEAD:
+            return True
+        with self._lock:
+            if batch <= self.done_batch + LOOKAHEAD:
+                return True
+            if op not in self.gate_waiters:
+                self.gate_waiters.append(op)
+            return False
+
+    # -- state-access mode ------------------------------------------------------------------
+    def _start_batch(self) -> None:
+        t0 = time.perf_counter()
+        K, T, P = self.K, self.T, self.P
+        insts = self.insts
+        # Only what instances registered for *this* batch: one that ended in an earlier
+        # batch keeps arriving, empty, and may still be post-processing (resetting) its
+        # buffers of that batch right now.
+        fresh = [i.arrived_at == self.batch for i in insts]
+        ntx = np.array([i.buf.ntx if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        nsl = np.array([i.buf.nslots if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        ncs = np.array([i.buf.nc if f else 0 for i, f in zip(insts, fresh)], np.int64)
+        nops = [i.buf.n if f else 0 for i, f in zip(insts, fresh)]
+        poffs = np.stack([i.poff if n else np.zeros(P + 1, np.int64) for i, n in zip(insts, nops)])
+        txn_base = np.concatenate([[0], np.cumsum(ntx)[:-1]]).astype(np.int64)
+        slot_base = np.concatenate([[0], np.cumsum(nsl)[:-1]]).astype(np.int64)
+        NTX, NSL = int(ntx.sum()), int(nsl.sum())
+        per_pool = (poffs[:, 1:] - poffs[:, :-1]).sum(axis=0)
+        pool_off = np.concatenate([[0], np.cumsum(per_pool)]).astype(np.int64)
+        NOPS = int(pool_off[-1])
+        txn_ts = (np.concatenate([i.buf.tts[:k] for i, k in zip(insts, ntx) if k]) if NTX
+                  else np.zeros(0, np.int64))
+        self.NOPS, self.NTX = NOPS, NTX
+        self.stats["transactions"] += NTX
+        self.stats["operations"] += NOPS
+        self.stats["batch_sizes"].append(NTX)
+        res = np.full(NSL, np.nan)
+        verdict = np.ones(NTX, np.int8)
+        self.results = (res, verdict, slot_base, txn_base)
+        if NOPS == 0:
+            self.stats["empty_batches"] += 1
+            self.stats["coord_s"] += time.perf_counter() - t0
+            self._finish()
+            return
+        ts_lo = int(txn_ts.min()) if NTX else 0
+        from .chains import new_batch
+
+        ncond = int(ncs.sum())
+        conds = np.empty((max(ncond, 1), 3), np.int64)
+        c_param = np.empty(max(ncond, 1), np.float64)
+        cond_off = np.empty(NTX + 1, np.int64)
+        cinst = np.concatenate([[0], np.cumsum(ncs)]).astype(np.int64)
+        K.build_conds(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs)]),
+                      np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs)]), cinst, txn_base, NTX, cond_off,
+                      conds, c_param)
+        self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
+        # every instance's operations, partitioned by pool at its arrival, in one array
+        iinst = np.concatenate([[0], np.cumsum(nops)]).astype(np.int64)
+        self._build_args = (np.concatenate([i.pib[:n] for i, n in zip(insts, nops) if n]),
+                            np.concatenate([i.pfb[:n] for i, n in zip(insts, nops) if n]), iinst, poffs, slot_base,
+                            txn_base, np.int64(ts_lo))
+        self.round = 0
+        self.round_done = 0
+        self.round_pending = 0
+        self.batch_rounds = 0
+        self.stats["coord_s"] += time.perf_counter() - t0
+        self._submit_round(BUILD)
+
+    def _submit_round(self, kind: str) -> None:
+        """Push one round's tasks (round 0 = build: one task per pool)."""
+        parity = self.round & 1
+        if kind == ROUNDS:
+            self.B.pool_cur[:] = 0
+        jobs = []
+        for p, targets in enumerate(self.placement.tasks):
+            ks = range(1) if kind == BUILD else range(len(targets))
+            for k in ks:
+                jobs.append((self.tasks[p][k][parity], targets[k]))
+        with self._lock:
+            self.phase = kind
+            self.outstanding = len(jobs)
+            self.round_done = 0
+            self.round_pending = 0
+        policy = self.request.policy
+        for task, target in jobs:
+            task.kind = kind
+            task.round = self.round
+            # task.py's token protocol: take the token and push to the target; a task
+            # still in run_task's epilogue of an earlier round holds it, and sees
+            # _bx_again there and runs again (as task.schedule does).
+            task._bx_again = True
+            if task._bx_tok.acquire(False):
+                task._bx_again = False
+                policy.push_on(self.request, task, node=target.node, worker=target.worker)
+
+    def _run_task(self, task, worker) -> None:
+        t0 = time.perf_counter()
+        B, S, K = self.B, self.S, self.K
+        done = pending = 0
+        if task.kind == BUILD:
+            ib, fb, iinst, poffs, slot_base, txn_base, ts0 = self._build_args
+            K.build_pool(task.pool, ib, fb, iinst, poffs, slot_base, txn_base, ts0, B, S, self.store.has_constraints)
+            key = "build_s"
+        else:
+            sc, sl, out = task.scratch
+            done, pending = K.process_pool(task.pool, task.round & 1, len(self.placement.tasks[task.pool]) > 1, B, S,
+                                           sc, sl, out)
+            key = "process_s"
+        dt = time.perf_counter() - t0
+        if done:
+            self._count_locality(task.pool, worker, done)
+        with self._lock:
+            self.stats[key] += dt
+            self.round_done += done
+            self.round_pending += pending
+            self.outstanding -= 1
+            last = self.outstanding == 0
+        if last:
+            self._advance()
+
+    def _advance(self) -> None:
+        """The last task of a round decides what comes next (alone: module doc)."""
+        t0 = time.perf_counter()
+        K = self.K
+        if self.phase == BUILD:
+            self.round = 1
+            self.batch_rounds = 1
+            self.stats["coord_s"] += time.perf_counter() - t0
+            self._submit_round(ROUNDS)
+            return
+        if self.round_pending > 0:
+            if self.round_done == 0:
+                raise RuntimeError("a state-access round made no progress (dependency bug)")
+            self._next_round(t0)
+            return
+        if self.store.has_constraints:
+            t_ab, x_ab = K.min_violation(self.B, self.NOPS)
+            if x_ab >= 0:
+                self.stats["aborts"] += 1
+                self.stats["restored_chains"] += int(K.abort_restore(t_ab, x_ab, self.B, self.S, self.P, self.NOPS))
+                self._next_round(t0)
+                return
+        self.stats["coord_s"] += time.perf_counter() - t0
+        self._finish()
+
+    def _next_round(self, t0) -> None:
+        self.round += 1
+        self.batch_rounds += 1
+        self.stats["coord_s"] += time.perf_counter() - t0
+        self._submit_round(ROUNDS)
+
+    def _finish(self) -> None:
+        """Barrier 2: free the versions, publish the results, resume the instances."""
+        t0 = time.perf_counter()
+        st = self.stats
+        if self.B is not None and self.NOPS:
+            versions = int(self.K.finish_batch(self.B, self.P, self.NOPS))
+            self.live_versions = versions  # held until now ...
+            st["versions_peak"] = max(st["versions_peak"], versions)
+            st["versions_total"] += versions
+            st["rounds"] += self.batch_rounds
+            st["max_rounds"] = max(st["max_rounds"], self.batch_rounds)
+        # ... and dropped with the batch's arrays (the blotters keep only `res`/`verdict`)
+        self.B = None
+        self._build_args = None
+        self.live_versions = 0
+        st["batches"] += 1
+        # Each instance still in this batch gets its results (an instance that reached its
+        # end in an earlier batch may not have post-processed that one yet: keyed by batch).
+        b = self.batch
+        for inst in self.insts:
+            if inst.batch == b and not inst.done:
+                inst.results[b] = self.results
+        with self._lock:
+            self.done_batch = self.batch
+            self.batch += 1
+            self.arrived = set(self.eos)
+            self.punct_ts = None
+            self.phase = COMPUTE
+            waiters, self.gate_waiters = self.gate_waiters, []
+        st["coord_s"] += time.perf_counter() - t0
+        for inst in self.insts:
+            schedule(inst.op, None, False)
+        for op in waiters:
+            schedule(op, None, False)
+
+    # -- locality -------------------------------------------------------------------------
+    def _segment_page_fractions(self):
+        """Per store segment: the fraction of its pages on each real node (move_pages)."""
+        out = []
+        try:
+            pn = self.store.page_nodes()
+        except OSError:
+            pn = [(n, {}) for n in self.store.segment_nodes]
+        for placed, hist in pn:
+            tot = sum(c for v, c in hist.items() if v >= 0)
+            out.append({v: c / tot for v, c in hist.items() if v >= 0} if tot else {})
+        return out
+
+    def _count_locality(self, pool: int, worker, done: int) -> None:
+        """Operations a task ran, counted as local when the pool's records are on the
+        task's worker's node: by placement (the node the segment was placed for) and by
+        the pages' real node (the kernel's answer, against the CPU's real node)."""
+        from topology import current_node
+
+        seg_nodes = self.store.segment_nodes
+        wnode = getattr(worker, "node_id", None)
+        pool_node = self.placement.pool_nodes[pool]
+        if self.placement.mode == "shared-everything":
+            placed = sum(1 for n in seg_nodes if n == wnode) / max(len(seg_nodes), 1)
+            fr = [f for f in self._page_frac]
+            here = current_node()
+            page = sum(f.get(here, 0.0) for f in fr) / max(len(fr), 1)
+        else:
+            placed = 1.0 if pool_node == wnode else 0.0
+            seg = seg_nodes.index(pool_node) if pool_node in seg_nodes else 0
+            page = self._page_frac[seg].get(current_node(), 0.0) if self._page_frac else 0.0
+        st = self.stats
+        with self._lock:
+            st["placed_ops"] += done
+            st["local_ops"] += placed * done
+            st["page_local_ops"] += page * done
+
+    def summary(self) -> dict:
+        st = dict(self.stats)
+        st.pop("batch_sizes", None)
+        n = st["placed_ops"]
+        st["placement_locality"] = st["local_ops"] / n if n else None
+        st["page_locality"] = st["page_local_ops"] / n if n else None
+        st["pools"] = self.P
+        st["numa_mode"] = self.placement.mode
+        st["work_stealing"] = self.cfg.work_stealing
+        if self.base is not None:
+            st.update(self.base.summary())
+        return st
+
+
+__all__ = ["Group", "group_of"]

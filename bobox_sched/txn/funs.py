@@ -1,0 +1,265 @@
+"""``Fun`` and ``CFun``: the user functions of READ_MODIFY and of conditions (TStream
+Table II), as integer codes that the nogil kernels dispatch on.
+
+* A **Fun** computes the new value of the target record:
+  ``f(cur, src, param, bits) -> float64`` where ``cur`` is the record's current value,
+  ``src`` the value of the operation's source record read as of transaction start (0.0
+  without a source), ``param`` the operation's per-row parameter, and ``bits`` the
+  record's extra words as an int64 array (a set table's bitset; empty otherwise), which a
+  Fun may update in place.
+* A **CFun** is a condition ``c(a, b) -> bool`` on a record's pre-transaction value
+  ``a`` and a right-hand side ``b`` (a per-row constant, or another record's
+  pre-transaction value).
+
+Built-ins: Funs ``SET`` (param), ``INC`` (cur + param), ``DEC`` (cur - param), ``AVG2``
+(param if cur == 0 else (cur + param) / 2: TP's road speed), ``SET_INSERT`` (insert
+int(param) into the record's bitset; the value is the set's size), ``COPY`` (src) and
+``ADD_SRC`` (cur + src); CFuns ``GE GT LE LT EQ NE``.
+
+Users add codes with :func:`register_fun` / :func:`register_cfun`, giving a plain
+module-level ``def`` that numba can compile (it may use ``np`` and ``math``). The kernels
+are *generated*: their source (``kernels_template.py``) is appended to a dispatch function
+over every registered code, written to the kernel cache folder under its hash and
+imported from there, so numba's ``cache=True`` keeps the machine code across processes.
+Registering a function makes the next :func:`kernels` call compile a new module once.
+
+Protocol: registration and :func:`kernels` may be called from any thread; ``_LOCK`` guards
+the registry, the module table and the file writes. A kernel module, once loaded, is
+immutable; a batch keeps the module it started with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+_LOCK = threading.Lock()
+
+
+class Fun:
+    """A registered READ_MODIFY function (see the module doc)."""
+
+    __slots__ = ("name", "code", "source")
+
+    def __init__(self, name: str, code: int, source: str):
+        self.name, self.code, self.source = name, code, source
+
+    def __repr__(self) -> str:
+        return f"Fun.{self.name}"
+
+
+class CFun:
+    """A registered condition. Calling it makes a :class:`Cond` for a transaction:
+    ``GT(table, keys, rhs)`` where `rhs` is a scalar or per-row array, or a
+    ``(table, keys)`` pair naming another record (read at its pre-transaction value)."""
+
+    __slots__ = ("name", "code", "source")
+
+    def __init__(self, name: str, code: int, source: str):
+        self.name, self.code, self.source = name, code, source
+
+    def __call__(self, table, keys, rhs) -> "Cond":
+        return Cond(self, table, keys, rhs)
+
+    def __repr__(self) -> str:
+        return f"CFun.{self.name}"
+
+
+class Cond:
+    """``cfun(table[keys], rhs)``: one condition per row, ANDed into the row's
+    transaction verdict (spec 1.8a)."""
+
+    __slots__ = ("cfun", "table", "keys", "rhs")
+
+    def __init__(self, cfun: CFun, table, keys, rhs):
+        self.cfun, self.table, self.keys, self.rhs = cfun, table, keys, rhs
+
+    def __repr__(self) -> str:
+        return f"{self.cfun.name}({getattr(self.table, 'name', self.table)}, ...)"
+
+
+# -- built-ins ------------------------------------------------------------------------
+# Sources are kept as text: they become part of the generated kernel module.
+
+_BUILTIN_FUNS = {
+    "SET": "def f(cur, src, param, bits):\n    return param\n",
+    "INC": "def f(cur, src, param, bits):\n    return cur + param\n",
+    "DEC": "def f(cur, src, param, bits):\n    return cur - param\n",
+    "AVG2": "def f(cur, src, param, bits):\n    if cur == 0.0:\n        return param\n    return (cur + param) / 2.0\n",
+    "SET_INSERT": (
+        "def f(cur, src, param, bits):\n"
+        "    v = np.int64(param)\n"
+        "    w = v >> 6\n"
+        "    if v < 0 or w >= bits.shape[0]:\n"
+        "        return cur\n"
+        "    m = np.int64(1) << (v & 63)\n"
+        "    if bits[w] & m:\n"
+        "        return cur\n"
+        "    bits[w] |= m\n"
+        "    return cur + 1.0\n"
+    ),
+    "COPY": "def f(cur, src, param, bits):\n    return src\n",
+    "ADD_SRC": "def f(cur, src, param, bits):\n    return cur + src\n",
+}
+_BUILTIN_CFUNS = {
+    "GE": "def c(a, b):\n    return a >= b\n",
+    "GT": "def c(a, b):\n    return a > b\n",
+    "LE": "def c(a, b):\n    return a <= b\n",
+    "LT": "def c(a, b):\n    return a < b\n",
+    "EQ": "def c(a, b):\n    return a == b\n",
+    "NE": "def c(a, b):\n    return a != b\n",
+}
+
+_funs: list[Fun] = []
+_cfuns: list[CFun] = []
+_modules: dict[str, object] = {}
+
+
+def _user_source(fn, nargs: int) -> str:
+    if not callable(fn):
+        raise TypeError(f"register a function, not {type(fn).__name__}")
+    py = getattr(fn, "py_func", fn)  # a numba dispatcher: its Python function
+    try:
+        src = textwrap.dedent(inspect.getsource(py))
+    except (OSError, TypeError):
+        raise ValueError(f"cannot read the source of {fn!r}: register a module-level def") from None
+    if py.__code__.co_freevars:
+        raise ValueError(f"{py.__name__} is a closure: register a module-level def without free variables")
+    if py.__code__.co_argcount != nargs:
+        raise ValueError(f"{py.__name__} takes {py.__code__.co_argcount} arguments, a {'Fun' if nargs == 4 else 'CFun'} "
+                         f"takes {nargs}")
+    lines = src.splitlines()
+    while lines and lines[0].lstrip().startswith("@"):
+        lines.pop(0)  # decorators (e.g. @njit): the kernel module compiles it itself
+    if not lines or not lines[0].startswith("def "):
+        raise ValueError(f"{py.__name__}: a plain 'def' is needed (no lambda)")
+    return "\n".join(lines) + "\n"
+
+
+def register_fun(name: str, fn) -> Fun:
+    """Register `fn(cur, src, param, bits) -> float` as a READ_MODIFY function; returns
+    its :class:`Fun` (registering the same name and source again returns the same)."""
+    src = _user_source(fn, 4)
+    with _LOCK:
+        for f in _funs:
+            if f.name == name:
+                if f.source != src:
+                    raise ValueError(f"a Fun named {name!r} is already registered with another body")
+                return f
+        f = Fun(name, len(_funs), src)
+        _funs.append(f)
+        return f
+
+
+def register_cfun(name: str, fn) -> CFun:
+    """Register `fn(a, b) -> bool` as a condition; returns its :class:`CFun`."""
+    src = _user_source(fn, 2)
+    with _LOCK:
+        for c in _cfuns:
+            if c.name == name:
+                if c.source != src:
+                    raise ValueError(f"a CFun named {name!r} is already registered with another body")
+                return c
+        c = CFun(name, len(_cfuns), src)
+        _cfuns.append(c)
+        return c
+
+
+for _n, _s in _BUILTIN_FUNS.items():
+    _funs.append(Fun(_n, len(_funs), _s))
+for _n, _s in _BUILTIN_CFUNS.items():
+    _cfuns.append(CFun(_n, len(_cfuns), _s))
+
+SET, INC, DEC, AVG2, SET_INSERT, COPY, ADD_SRC = _funs[:7]
+GE, GT, LE, LT, EQ, NE = _cfuns[:6]
+
+
+def fun_by_name(name: str) -> Fun:
+    for f in _funs:
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+# -- the generated kernel module --------------------------------------------------------
+
+def cache_dir() -> Path:
+    d = os.environ.get("BOBOX_KERNEL_CACHE")
+    return (Path(d) if d else Path.home() / ".cache" / "bobox-sched" / "kernels") / "txn"
+
+
+def _rename(src: str, new: str) -> str:
+    return re.sub(r"^def\s+\w+\s*\(", f"def {new}(", src, count=1, flags=re.M)
+
+
+def _dispatch_source(funs: list[Fun], cfuns: list[CFun]) -> str:
+    out = ["# Generated by bobox_sched.txn.funs: the registered Funs and CFuns and their dispatch.\n"]
+    for f in funs:
+        out.append("@njit(nogil=True, cache=True)\n" + _rename(f.source, f"_fun_{f.code}") + "\n")
+    for c in cfuns:
+        out.append("@njit(nogil=True, cache=True)\n" + _rename(c.source, f"_cfun_{c.code}") + "\n")
+    body = ["@njit(nogil=True, cache=True)", "def apply_fun(code, cur, src, param, bits):"]
+    for f in funs:
+        body.append(f"    if code == {f.code}:\n        return np.float64(_fun_{f.code}(cur, src, param, bits))")
+    body.append("    return cur\n")
+    body += ["@njit(nogil=True, cache=True)", "def eval_cfun(code, a, b):"]
+    for c in cfuns:
+        body.append(f"    if code == {c.code}:\n        return bool(_cfun_{c.code}(a, b))")
+    body.append("    return False\n")
+    out.append("\n".join(body) + "\n")
+    return "\n".join(out)
+
+
+_TEMPLATE = Path(__file__).with_name("kernels_template.py")
+
+
+_current = [None, None]  # (number of registered functions, module) of the last call
+
+
+def kernels():
+    """The kernel module for the Funs and CFuns registered now (compiled once per set of
+    functions per machine; see the module doc)."""
+    with _LOCK:
+        funs, cfuns = list(_funs), list(_cfuns)
+        if _current[0] == (len(funs), len(cfuns)):
+            return _current[1]
+    from .atomics import spin_with_pause
+
+    template = _TEMPLATE.read_text()
+    head, _, body = template.partition("# ---- kernels ----\n")
+    # The spin hint is decided per machine (atomics.spin_with_pause) and written into the
+    # source, so that kernels compiled with and without it never share a cache entry.
+    relax = "cpu_relax = cpu_pause\n" if spin_with_pause() else "cpu_relax = cpu_nop\n"
+    source = head + relax + "\n" + _dispatch_source(funs, cfuns) + "\n" + body
+    key = hashlib.sha1(source.encode()).hexdigest()[:20]
+    with _LOCK:
+        mod = _modules.get(key)
+        if mod is not None:
+            _current[:] = [(len(funs), len(cfuns)), mod]
+            return mod
+        d = cache_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"txnk_{key}.py"
+        if not path.exists() or path.read_text() != source:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        name = f"bobox_txn_kernels_{key}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _modules[key] = mod
+        _current[:] = [(len(funs), len(cfuns)), mod]
+        return mod
+
+
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "Fun", "GE", "GT", "INC", "LE", "LT", "NE", "SET",
+           "SET_INSERT", "fun_by_name", "kernels", "register_cfun", "register_fun"]

@@ -1,0 +1,296 @@
+"""Transactional operators: ``pre_process`` / ``state_access`` / ``post_process``
+(TStream's F1 and Alg. 1), run by the runtime in dual mode (TStream) or coarse-grained
+(the baselines).
+
+Write one by subclassing :class:`TransactionalOperator`::
+
+    class Transfer(TransactionalOperator):
+        def state_access(self, txn, eb):
+            txn.require(GE(accounts, eb["src"], eb["amount"]))
+            txn.read_modify(accounts, eb["src"], DEC, param=eb["amount"], into="src_balance")
+            txn.read_modify(accounts, eb["dst"], INC, param=eb["amount"])
+
+        def post_process(self, eb):
+            return {"ts": eb.ts, "ok": eb.success, "balance": eb["src_balance"]}
+
+and run ``config.executors`` instances of it, instance i built with ``executor=i``, each
+fed by a progress controller (``progress.py``): events carry a ``ts`` column and every
+``interval`` events a ``Batch`` punctuation arrives. ``post_process`` returns a Packet,
+a ``{column: array}`` dict or None; it is sent on ``out``.
+
+Dual mode (``cc="tstream"``): packets are pre-processed and their operations registered
+at once; the blotters wait in the instance; at a punctuation the instance arrives at the
+group's barrier and returns -- it never waits on its worker (``coordinator.py``); what
+arrives meanwhile is taken and kept in its inbox (the runtime runs an operator again as
+long as input waits in its buffer). When the batch's state access is over the group
+schedules the instance, which post-processes its stashed blotters, then goes on with its
+inbox and its input.
+
+Baselines (``cc`` = lock | mvlk | pat | nolock): each packet's transactions run at once,
+one at a time in ts order, in ``run_baseline`` (``baselines.py``); a wait that lasts too
+long returns, and the instance runs again later from where it stopped.
+
+Checks: timestamps must grow across punctuations (an event below the last punctuation's
+ts, or at or above the next one's, fails the request), and a punctuation's ts must grow.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..operator import Operator
+from ..packet import Packet
+from ..stream import model as _model
+from ..stream.punct import Batch, Punctuation
+from .ops import EventBlotter, OpBuffer, Txn
+
+# Packets an instance handles per run before it lets other tasks run (a deferred re-run):
+# bounds how long one instance holds a worker while its input keeps arriving.
+MAX_PACKETS_PER_RUN = 8
+_EOS = object()  # end of stream, kept in an instance's inbox after the items before it
+
+
+class TransactionalOperator(Operator):
+    """Base class of transactional operators (module doc)."""
+
+    inputs = ("in",)
+    outputs = ("out",)
+    punct_in = _model.EXPECTING
+    punct_out = _model.REMOVES
+
+    def __init__(self, config, executor: int = 0):
+        from .config import TxnConfig
+
+        if not isinstance(config, TxnConfig):
+            raise TypeError(f"a TransactionalOperator needs a TxnConfig, not {type(config).__name__}")
+        if not isinstance(executor, int) or not 0 <= executor < config.executors:
+            raise ValueError(f"executor must be in 0..{config.executors - 1}, got {executor!r}")
+        self.txn_config = config
+        self.executor = executor
+        self.store = config.store
+        self._tx = None
+
+    # -- user code -------------------------------------------------------------------------
+    def pre_process(self, packet) -> EventBlotter:
+        """PRE_PROCESS: the blotter of a packet (default: the packet itself; add derived
+        columns with ``eb[name] = array``). Every row is an event and gets a transaction,
+        possibly with no operation."""
+        return EventBlotter(packet)
+
+    def state_access(self, txn: Txn, eb: EventBlotter) -> None:
+        """STATE_ACCESS: issue the rows' operations through `txn`."""
+        raise NotImplementedError(f"{type(self).__name__}.state_access")
+
+    def post_process(self, eb: EventBlotter):
+        """POST_PROCESS: the output for the blotter's rows (Packet, dict or None)."""
+        return None
+
+    # -- the driver ------------------------------------------------------------------------
+    def process(self, ctx):
+        st = self._tx
+        if st is None:
+            st = self._tx = _State(self, ctx)
+        if st.dual:
+            self._run_dual(ctx, st)
+        else:
+            self._run_coarse(ctx, st)
+
+    def _emit(self, ctx, eb) -> None:
+        out = self.post_process(eb)
+        if out is None:
+            return
+        if isinstance(out, dict):
+            out = Packet({k: np.asarray(v) for k, v in out.items()})
+        if out.nrows:
+            ctx.send("out", out)
+
+    # dual mode ------------------------------------------------------------------------------
+    def _run_dual(self, ctx, st) -> None:
+        g = st.group
+        if st.waiting:
+            self._drain(ctx, st)  # stash, don't wait: take the input, keep it for later
+            if g.done_batch < st.batch:
+                return
+            self._post_dual(ctx, st)
+            if st.final:
+                st.done = True
+                ctx.close()
+                ctx.finish()
+                return
+        inbox = st.inbox
+        for _ in range(MAX_PACKETS_PER_RUN):
+            if ctx.blocked:
+                return
+            item = inbox.popleft() if inbox else ctx.recv("in")
+            if item is None:
+                if ctx.at_eos("in"):
+                    self._arrive(st, True, None)
+                return
+            if item is _EOS:
+                self._arrive(st, True, None)
+                return
+            if isinstance(item, Batch):
+                self._check_punct(st, item)
+                self._arrive(st, False, item.ts)
+                self._drain(ctx, st)
+                return
+            if isinstance(item, Punctuation):
+                continue  # other punctuations mean nothing here
+            eb = self.pre_process(item)
+            self._check_ts(st, eb)
+            txn = Txn(st.K, st.buf, self.store, eb)
+            self.state_access(txn, eb)
+            st.stash.append(eb)
+        ctx.reschedule()
+
+    @staticmethod
+    def _drain(ctx, st) -> None:
+        """While waiting at a barrier: move everything that arrived into the inbox (an
+        operator must keep taking its input, or the runtime runs it again at once; the
+        progress controller bounds how much comes: one batch ahead)."""
+        inbox = st.inbox
+        if inbox and inbox[-1] is _EOS:
+            return
+        while True:
+            item = ctx.recv("in")
+            if item is None:
+                if ctx.at_eos("in"):
+                    inbox.append(_EOS)
+                return
+            inbox.append(item)
+
+    def _arrive(self, st, final: bool, punct_ts) -> None:
+        if punct_ts is not None and st.buf.ntx and int(st.buf.tts[: st.buf.ntx].max()) >= punct_ts:
+            raise ValueError(f"executor {self.executor}: an event of ts "
+                             f"{int(st.buf.tts[: st.buf.ntx].max())} precedes the punctuation of ts {punct_ts}")
+        buf = st.buf
+        g = st.group
+        if buf.nc:
+            buf.reserve_ops(buf.nc)
+            buf.n = st.K.cond_only_reads(buf.ib, buf.fb, buf.n, buf.cb, buf.nc, buf.tts, buf.ntx)
+        st.pib = np.empty((max(buf.n, 1), buf.ib.shape[1]), np.int64)
+        st.pfb = np.empty(max(buf.n, 1), np.float64)
+        st.poff = np.zeros(g.P + 1, np.int64)
+        if buf.n:
+            st.K.partition_ops(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
+        st.waiting = True
+        st.final = final
+        st.arrived_at = st.batch
+        g.arrive(self.executor, final, punct_ts)
+
+    def _post_dual(self, ctx, st) -> None:
+        res, verdict, slot_base, txn_base = st.results.pop(st.batch)
+        sb, tb = int(slot_base[self.executor]), int(txn_base[self.executor])
+        stash, st.stash = st.stash, []
+        for eb in stash:
+            eb.fill(res, verdict, sb, tb)
+            self._emit(ctx, eb)
+        st.buf.reset()
+        st.pib = st.pfb = None
+        st.waiting = False
+        st.batch += 1
+
+    # coarse-grained (the baselines) --------------------------------------------------------
+    def _run_coarse(self, ctx, st) -> None:
+        if st.pending is not None and not self._resume(ctx, st):
+            return
+        for _ in range(MAX_PACKETS_PER_RUN):
+            if ctx.blocked:
+                return
+            item = ctx.recv("in")
+            if item is None:
+                if ctx.at_eos("in"):
+                    ctx.close()
+                    ctx.finish()
+                return
+            if isinstance(item, Batch):
+                self._check_punct(st, item)
+                continue
+            if isinstance(item, Punctuation):
+                continue
+            eb = self.pre_process(item)
+            self._check_ts(st, eb)
+            buf = st.buf
+            buf.reset()
+            txn = Txn(st.K, buf, self.store, eb)
+            self.state_access(txn, eb)
+            K = st.K
+            ntx = buf.ntx
+            ooff = np.empty(ntx + 1, np.int64)
+            oo = np.empty(max(buf.n, 1), np.int64)
+            K.by_txn(ntx, buf.ib[:, 7], buf.n, ooff, oo)
+            coff = np.empty(ntx + 1, np.int64)
+            coo = np.empty(max(buf.nc, 1), np.int64)
+            K.by_txn(ntx, buf.cb[:, 0], buf.nc, coff, coo)
+            res = np.full(max(buf.nslots, 1), np.nan)
+            verdict = np.ones(max(ntx, 1), np.int8)
+            st.pending = [eb, ooff, oo, coff, coo, res, verdict, 0]
+            if not self._resume(ctx, st):
+                return
+        ctx.reschedule()
+
+    def _resume(self, ctx, st) -> bool:
+        """Run the pending packet's transactions on; False if a wait returned (then a
+        deferred re-run is requested)."""
+        eb, ooff, oo, coff, coo, res, verdict, x = st.pending
+        buf = st.buf
+        base = st.group.base
+        x = st.K.run_baseline(base.scheme, self.executor, x, buf.ntx, buf.tts, buf.ib, buf.fb, oo, ooff, buf.cb,
+                              buf.cf, coo, coff, st.group.S, base.Y, base.V, base.X[self.executor], res, verdict,
+                              st.spin, base.stats[self.executor])
+        if x < -1:
+            raise ValueError(f"a transaction of ts {int(buf.tts[-2 - x])} touches more than 64 records")
+        if x < buf.ntx:
+            st.pending[7] = x
+            ctx.reschedule()
+            return False
+        st.pending = None
+        eb.fill(res, verdict, 0, 0)
+        self._emit(ctx, eb)
+        return True
+
+    # checks ------------------------------------------------------------------------------------
+    def _check_ts(self, st, eb) -> None:
+        if eb.n:
+            lo = int(eb.ts.min())
+            if lo < st.last_punct:
+                raise ValueError(f"executor {self.executor}: event ts {lo} is below the last punctuation's "
+                                 f"ts {st.last_punct}")
+
+    def _check_punct(self, st, p) -> None:
+        if p.ts <= st.last_punct:
+            raise ValueError(f"executor {self.executor}: punctuation ts {p.ts} does not grow "
+                             f"(last {st.last_punct})")
+        st.last_punct = p.ts
+
+
+class _State:
+    """Per-instance driver state (touched only by the thread running the instance)."""
+
+    def __init__(self, op, ctx):
+        from .coordinator import group_of
+
+        cfg = op.txn_config
+        self.group = group_of(ctx, cfg, op.executor)
+        self.group.register(op.executor, self)
+        self.op = ctx.op
+        self.K = self.group.K
+        self.dual = cfg.dual_mode
+        self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))
+        self.buf = OpBuffer()
+        self.stash: list = []
+        self.waiting = False
+        self.final = False
+        self.batch = 0
+        self.last_punct = -1
+        self.pib = self.pfb = self.poff = None
+        self.pending = None
+        self.inbox = deque()  # input taken while waiting at a barrier, in arrival order
+        self.results: dict = {}  # batch -> its results, set by the group when it finished
+        self.done = False  # ended (after its final batch's post-processing)
+        self.arrived_at = -1  # the batch it last arrived at
+
+
+__all__ = ["TransactionalOperator"]

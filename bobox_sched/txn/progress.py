@@ -1,0 +1,202 @@
+"""The progress controller (TStream IV-B3): monotone timestamps and batch punctuations.
+
+Events are dealt round-robin to the T executors; event j of the stream gets ``ts = j``
+and goes to executor ``j mod T`` (so executor t's i-th event has ts ``t + i*T``, the
+authors' scheme). After every ``interval`` events of an executor -- its events
+``[k*I, (k+1)*I)`` -- that executor gets ``Batch(ts=(k+1)*I*T)``: every event it got
+before has a smaller ts, every later event a larger or equal one, and the punctuations'
+timestamps grow. A batch therefore holds ``interval x T`` transactions (spec 1.7).
+
+Dealing is batch by batch (every executor's part of batch k, with its punctuation,
+before anyone's part of batch k+1): one outbox keeps the order of all outputs, so an
+executor that is waiting at batch k's barrier never holds back what another executor
+needs to reach that barrier.
+
+Flow control (dual mode): an instance waiting at a barrier keeps taking its input
+(``operator.py``), so the controller bounds what is in flight itself: it deals batch b
+only once batch ``b - 2`` is finished (``Group.gate``: at most the batch in state access
+and the next one are out), else it returns and the group runs it again when a batch
+finishes.
+
+:class:`ProgressController` does this for one input stream (outputs ``out0 ..
+out{T-1}``); :class:`ArrayParser` for a table of events held in memory (the benchmark's
+Parser): both use :func:`deal`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..operator import Operator
+from ..packet import Packet
+from ..stream import model as _model
+from ..stream.punct import Batch, Punctuation
+
+
+def batch_punct_ts(k: int, interval: int, executors: int) -> int:
+    """Timestamp of the punctuation that ends batch k (0-based)."""
+    return (k + 1) * interval * executors
+
+
+def executor_rows(t: int, executors: int, start: int, stop: int) -> np.ndarray:
+    """Stream positions (= timestamps) of executor t's events among ``[start, stop)``."""
+    first = start + ((t - start) % executors)
+    return np.arange(first, stop, executors, dtype=np.int64)
+
+
+def deal(j0: int, n: int, counts: list, executors: int, interval: int, max_rows: int | None = None):
+    """Deal stream positions ``[j0, j0 + n)`` batch by batch. Yields ``(t, positions,
+    batch, punct_ts)``: executor t's next positions (at most `max_rows`), the batch they
+    belong to, and the ts of the punctuation that follows them (None if none does).
+    ``counts[t]`` (events dealt to t so far) is updated as the caller consumes."""
+    T, I = executors, interval
+    pos = [executor_rows(t, T, j0, j0 + n) for t in range(T)]
+    at = [0] * T
+    while any(at[t] < pos[t].size for t in range(T)):
+        for t in range(T):
+            while at[t] < pos[t].size:
+                c = counts[t]
+                room = I - (c % I)
+                if max_rows:
+                    room = min(room, max_rows)
+                take = pos[t][at[t]:at[t] + room]
+                c2 = c + take.size
+                yield t, take, c // I, (batch_punct_ts(c2 // I - 1, I, T) if c2 % I == 0 else None)
+                at[t] += take.size
+                counts[t] = c2
+                if c2 % I == 0:
+                    break  # next executor: batch by batch
+
+
+class _Dealer(Operator):
+    """Shared by the controller and the parser: stamping, dealing, gating."""
+
+    punct_out = _model.GENERATES
+    state = "unknown"
+
+    def _setup(self, executors: int, interval: int, config, max_rows):
+        if not isinstance(executors, int) or executors < 1 or not isinstance(interval, int) or interval < 1:
+            raise ValueError("executors and interval must be positive integers")
+        if config is not None and (config.executors != executors or config.interval != interval):
+            raise ValueError("executors/interval differ from the TxnConfig's")
+        self.outputs = tuple(f"out{t}" for t in range(executors))
+        self.T = executors
+        self.interval = interval
+        self.config = config
+        self.max_rows = max_rows
+        self.next = 0  # ts of the next event
+        self.counts = [0] * executors
+        self._deal = None  # the packet being dealt: (columns, j0, generator, pending item)
+        self._group = None
+
+    def _gated(self, ctx, batch: int) -> bool:
+        cfg = self.config
+        if cfg is None or not cfg.dual_mode:
+            return True
+        if self._group is None:
+            from .coordinator import group_of
+
+            self._group = group_of(ctx, cfg, None)
+        return self._group.gate(batch, ctx.op)
+
+    def _pump(self, ctx) -> bool:
+        """Send what the current packet still has; False if stopped (blocked or gated)."""
+        cols, j0, gen, item = self._deal
+        while True:
+            if item is None:
+                item = next(gen, None)
+                if item is None:
+                    self._deal = None
+                    return True
+            if ctx.blocked:
+                self._deal = (cols, j0, gen, item)
+                return False
+            t, take, batch, pts = item
+            if not self._gated(ctx, batch):
+                self._deal = (cols, j0, gen, item)
+                return False
+            rows = take - j0
+            out = {k: v[rows] for k, v in cols.items()}
+            out["ts"] = take
+            out["t_in"] = np.full(take.size, time.perf_counter_ns(), np.int64)
+            ctx.send(f"out{t}", Packet(out, take.size))
+            if pts is not None:
+                ctx.punctuate(Batch(pts), f"out{t}")
+            item = None
+
+    def _start(self, cols: dict, n: int) -> None:
+        j0 = self.next
+        self.next = j0 + n
+        self._deal = (cols, j0, deal(j0, n, self.counts, self.T, self.interval, self.max_rows), None)
+
+
+class ProgressController(_Dealer):
+    """Stamps ``ts`` (and ``t_in``, ingress time in ns) on a stream and deals it to
+    `executors` outputs with batch punctuations every `interval` events per output
+    (module doc). Give it the group's `config` to bound what is in flight (dual mode)."""
+
+    inputs = ("in",)
+    punct_in = _model.EXPECTING  # upstream punctuations are dropped: ours replace them
+
+    def __init__(self, executors: int, interval: int, config=None):
+        self._setup(executors, interval, config, None)
+
+    def process(self, ctx):
+        if self._deal is not None and not self._pump(ctx):
+            return
+        for _ in range(8):
+            pkt = ctx.recv("in")
+            if pkt is None:
+                if ctx.at_eos("in"):
+                    ctx.close()
+                    ctx.finish()
+                return
+            if isinstance(pkt, Punctuation):
+                continue
+            self._start(dict(pkt.columns), pkt.nrows)
+            if not self._pump(ctx):
+                return
+        ctx.reschedule()
+
+
+class ArrayParser(_Dealer):
+    """The benchmark's Parser: deals the events of ``columns`` (``{name: array}``, one
+    row per event, in stream order) to `executors` outputs, in packets of at most
+    `packet_rows` rows, with the progress controller's timestamps and punctuations; with
+    `deadline_s`, stops early (at a batch boundary) once that many seconds passed."""
+
+    inputs = ()
+
+    def __init__(self, columns: dict, executors: int, interval: int, config=None, packet_rows: int = 1024,
+                 deadline_s: float | None = None):
+        self._setup(executors, interval, config, packet_rows)
+        self.columns = columns
+        self.n = len(next(iter(columns.values())))
+        # stream positions handed to `deal` at once: whole batches of every executor
+        self.chunk = interval * executors
+        self.deadline_s = deadline_s
+        self._t0 = None
+
+    def process(self, ctx):
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        for _ in range(64):
+            if self._deal is not None and not self._pump(ctx):
+                return
+            j0 = self.next
+            # `deadline_s`: stop after that long, at a chunk boundary -- the events dealt
+            # are then exactly the stream's first `self.next` (a prefix an oracle can check)
+            late = self.deadline_s is not None and time.perf_counter() - self._t0 > self.deadline_s
+            if j0 >= self.n or late:
+                ctx.close()
+                ctx.finish()
+                return
+            n = min(self.chunk, self.n - j0)
+            self._start({k: v[j0:j0 + n] for k, v in self.columns.items()}, n)
+            # `_pump` indexes columns by stream position minus j0: slices start at j0
+        ctx.reschedule()
+
+
+__all__ = ["ArrayParser", "ProgressController", "batch_punct_ts", "deal", "executor_rows"]

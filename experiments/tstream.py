@@ -1,0 +1,548 @@
+"""``bobox experiment tstream``: the TStream paper's figures on this machine (spec 002
+section 5) -- throughput against threads for every scheme and app (Fig. 8), the time
+breakdown on SL (Fig. 9), multi-partition transactions on GS (Fig. 10), read ratio and
+skew (Fig. 11), the punctuation interval against throughput and p99 latency (Fig. 12),
+and the three NUMA options with the page locality of state (Fig. 14).
+
+Writes ``DIR/tstream.csv`` (every measurement, long format as the locality
+experiments), ``DIR/tstream-fig{8,9,10,11,12,14}.png`` and a ``tstream`` section of
+``DIR/report.md``; ``--json`` prints the summary.
+
+How a point is measured: a fresh store, the app's event table (seeded), one request of
+a Parser (the progress controller over the table) -> T instances -> a Sink. Throughput
+is events over the request's wall time; latency is per event, from the Parser dealing
+it to the Sink receiving its result (p99). A point runs at most ``--events`` events
+(default 200k, 20k with ``--quick``) and stops earlier -- at a batch boundary, so the
+events done are a prefix of the stream -- once a time budget passed (3 s, 1 s with
+``--quick``): slow points (small intervals, a baseline on a busy machine) cost bounded
+time; the CSV says how many events each run did. Every run of a correct scheme is
+checked against the serial timestamp-order oracle on the same prefix (final state and
+every output); No-Lock's runs are checked too and expected to differ. Each point is
+measured ``--repeat`` times (5, 1 with ``--quick``) with the schemes interleaved within
+a repeat (so a change of the machine's load hits all of them), median reported. The
+host's load average is recorded: spinning baselines need their partner executor to be
+running, so on an oversubscribed host they lose far more than TStream does.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import topology as T
+from bobox_sched.errors import BoboxError
+from topology.virtual import virtual_topology
+
+from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
+
+SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
+CORRECT = ("tstream", "lock", "mvlk", "pat")
+BASELINES = ("lock", "mvlk", "pat")
+APPS = ("gs", "sl", "ob", "tp")
+NUMA_CONFIGS = (("shared-nothing", False), ("shared-per-socket", False), ("shared-per-socket", True),
+                ("shared-everything", False), ("shared-everything", True))
+
+
+@dataclass
+class Point:
+    app: str
+    cc: str
+    threads: int
+    interval: int = 500
+    numa_mode: str = "shared-nothing"
+    stealing: bool = False
+    app_kw: dict = field(default_factory=dict)
+    pat_parts: int | None = None  # PAT partitions (default: executors)
+    virtual: int | None = None  # run on k virtual nodes
+
+    def workload_key(self):
+        return (self.app, tuple(sorted(self.app_kw.items())))
+
+
+class Runner:
+    def __init__(self, ctx: Ctx, events: int, budget_s: float, threads_per_node_cap: int | None):
+        self.ctx = ctx
+        self.events = events
+        self.budget_s = budget_s
+        self._scheds: dict = {}
+        self._work: dict = {}
+        self._oracles: dict = {}
+        self._pat: dict = {}
+        self.checked = 0
+        self.mismatches: list = []
+        self.nolock_runs = 0
+        self.nolock_diverged = 0
+
+    def close(self):
+        for s in self._scheds.values():
+            s.shutdown()
+        self._scheds.clear()
+
+    def scheduler(self, threads: int, virtual: int | None):
+        from bobox_sched import Scheduler
+
+        key = (threads, virtual)
+        s = self._scheds.get(key)
+        if s is None:
+            topo = self.ctx.topo
+            if virtual:
+                topo = virtual_topology(topo, virtual)
+            nodes = len(topo.cpu_nodes)
+            tpn = max(1, threads // nodes)
+            s = self._scheds[key] = Scheduler(topology=topo, threads_per_node=tpn, balance_interval=None)
+        return s
+
+    def workload(self, p: Point):
+        from operators.txn import make_app
+
+        key = p.workload_key()
+        w = self._work.get(key)
+        if w is None:
+            app = make_app(p.app, **p.app_kw)
+            events = app.events(self.events, seed=1)
+            w = self._work[key] = (app, events)
+        return w
+
+    def oracle(self, p: Point, app, events, n: int):
+        key = (p.workload_key(), n)
+        o = self._oracles.get(key)
+        if o is None:
+            from operators.txn import oracle_of
+
+            if len(self._oracles) > 8:
+                self._oracles.clear()
+            o = self._oracles[key] = oracle_of(app, app.make_store(), events, n)
+        return o
+
+    def pat_seq(self, p: Point, app, events, parts: int):
+        key = (p.workload_key(), parts)
+        s = self._pat.get(key)
+        if s is None:
+            from operators.txn import pat_seq_of
+
+            s = self._pat[key] = pat_seq_of(app, app.make_store(), events, parts)
+        return s
+
+    def measure(self, p: Point, budget: float | None = None, check: bool = True) -> dict:
+        from bobox_sched.txn import TxnConfig
+        from operators.txn import run_once, same_outputs
+
+        app, events = self.workload(p)
+        sched = self.scheduler(p.threads, p.virtual)
+        T_ = len(sched.workers)
+        parts = p.pat_parts or T_
+        store = app.make_store()
+        ps = self.pat_seq(p, app, events, parts) if p.cc == "pat" else None
+        cfg = TxnConfig(store, T_, interval=p.interval, cc=p.cc, numa_mode=p.numa_mode, work_stealing=p.stealing,
+                        pat_partitions=parts, pat_seq=ps)
+        r = run_once(sched, app, store, events, cfg, keep=check, deadline_s=budget or self.budget_s)
+        r["equal"] = None
+        if check:
+            dense, out = self.oracle(p, app, events, r["events"])
+            eq = bool(np.array_equal(store.dense(), dense) and same_outputs(r["outputs"], out))
+            r["equal"] = eq
+            if p.cc == "nolock":
+                self.nolock_runs += 1
+                self.nolock_diverged += not eq
+            else:
+                self.checked += 1
+                if not eq:
+                    self.mismatches.append(f"{p.app}/{p.cc}/T={p.threads}/I={p.interval}/{p.numa_mode}")
+        r["outputs"] = None
+        r["executors"] = T_
+        return r
+
+
+def _breakdown(r: dict, cc: str) -> dict:
+    """Useful / Sync / Lock / Others as fractions of the workers' time (workers x wall):
+    baselines from their kernels' cycle counters (useful = executing operations, sync =
+    spinning for the turn or a grant, lock = inserting and releasing locks); TStream:
+    useful = walking chains, lock = 0. Idle worker time (a worker with nothing to run:
+    waiting for a barrier, or for an executor to give back a turn) counts as sync; the
+    rest (Python pre/post-processing, registering operations, building chains,
+    scheduling) is others."""
+    total = r["workers"] * r["elapsed_s"]
+    g = r["group"]
+    idle = max(0.0, total - (r["busy_s"] or 0.0))
+    if cc == "tstream":
+        useful, sync, lock = g.get("process_s", 0.0), idle, 0.0
+    else:
+        useful, sync, lock = float(g.get("useful_s", 0.0)), float(g.get("sync_s", 0.0)) + idle, float(g.get("lock_s", 0.0))
+    others = max(0.0, total - useful - sync - lock)
+    s = useful + sync + lock + others
+    return {k: v / s if s else 0.0 for k, v in (("useful", useful), ("sync", sync), ("lock", lock), ("others", others))}
+
+
+def _loadavg() -> list:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def thread_counts(ctx: Ctx) -> list:
+    ncpu = len(ctx.topo.cpus)
+    cap = ctx.threads_per_node * len(ctx.topo.cpu_nodes) if ctx.threads_per_node else ncpu
+    out, t = [], 1
+    while t <= min(cap, ncpu):
+        out.append(t)
+        t *= 2
+    if out[-1] != min(cap, ncpu):
+        out.append(min(cap, ncpu))
+    return out
+
+
+def run_experiment(args, ctx: Ctx | None = None) -> dict:
+    quick = args.quick
+    repeat = args.repeat or (1 if quick else 5)
+    events = getattr(args, "events", None) or (20_000 if quick else 200_000)
+    budget = 1.0 if quick else 3.0
+    if ctx is None:
+        import shlex
+        from pathlib import Path
+
+        out = Path(args.out)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+        ctx = Ctx(out=out, repeat=repeat, quick=quick, data_arg=None, sf=None,
+                  threads_per_node=args.threads_per_node, virtual_nodes=args.virtual_nodes,
+                  progress=not args.no_progress,
+                  command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["experiment", "tstream"])))
+        ctx.topo = T.probe()
+    threads = thread_counts(ctx)
+    tmax = threads[-1]
+    vnodes = ctx.virtual_nodes or (2 if len(ctx.topo.cpu_nodes) == 1 else None)
+    if vnodes and vnodes > len(ctx.topo.cpus):
+        raise BoboxError(f"--virtual-nodes {vnodes}: this machine has only {len(ctx.topo.cpus)} CPUs")
+    rec = Recorder(ctx, "tstream")
+    runner = Runner(ctx, events, budget, ctx.threads_per_node)
+    load0 = _loadavg()
+    t_start = time.perf_counter()
+    summary: dict = {"events_per_point_max": events, "budget_s": budget, "repeat": repeat, "threads": threads,
+                     "virtual_nodes": vnodes}
+
+    intervals = [10, 100, 500, 1000, 5000] if quick else [1, 10, 50, 100, 250, 500, 1000, 5000]
+    ratios = [0, 50, 100] if quick else [0, 25, 50, 75, 100]
+    lengths = [1, 4, 8] if quick else [1, 2, 4, 6, 8]
+    reads = [0, 50, 100] if quick else [0, 25, 50, 75, 100]
+    thetas = [0.0, 0.6, 1.0] if quick else [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+    plan: list = []  # (figure, series, x, Point)
+    for app in APPS:
+        for t in threads:
+            for cc in SCHEMES:
+                plan.append(("fig8", f"{app}/{cc}", t, Point(app, cc, t, app_kw={"nparts": t})))
+    for cc in SCHEMES:
+        plan.append(("fig9", cc, tmax, Point("sl", cc, tmax, app_kw={"nparts": tmax})))
+    for cc in ("tstream", "lock", "pat"):
+        for r in ratios:
+            plan.append(("fig10a", cc, r, Point("gs", cc, tmax, app_kw={"nparts": 8, "mp_ratio": r / 100, "mp_len": 6},
+                                                 pat_parts=8)))
+        for L in lengths:
+            plan.append(("fig10b", cc, L, Point("gs", cc, tmax, app_kw={"nparts": 8, "mp_ratio": 0.5, "mp_len": L},
+                                                 pat_parts=8)))
+    for cc in CORRECT:
+        for rr in reads:
+            plan.append(("fig11a", cc, rr, Point("gs", cc, tmax, app_kw={"nparts": tmax, "read_ratio": rr / 100,
+                                                                          "theta": 0.0, "with_sum": False})))
+        for th in thetas:
+            plan.append(("fig11b", cc, th, Point("gs", cc, tmax, app_kw={"nparts": tmax, "read_ratio": 0.0,
+                                                                          "theta": th})))
+    for app in APPS:
+        for iv in intervals:
+            plan.append(("fig12", app, iv, Point(app, "tstream", tmax, interval=iv, app_kw={"nparts": tmax})))
+    if vnodes:
+        for app in APPS:
+            for mode, steal in NUMA_CONFIGS:
+                name = mode + ("+stealing" if steal else "")
+                plan.append(("fig14", f"{app}/{name}", app, Point(app, "tstream", tmax, numa_mode=mode,
+                                                                   stealing=steal, app_kw={"nparts": tmax},
+                                                                   virtual=vnodes)))
+
+    print(f"[experiment] tstream: {len(plan) * repeat} runs, threads {threads} ...", file=sys.stderr, flush=True)
+    # warm-up: compile every kernel (numba caches them on disk) outside the measurements
+    for app in APPS:
+        for cc in SCHEMES:
+            runner.measure(Point(app, cc, tmax, app_kw={"nparts": tmax}), budget=0.05, check=False)
+
+    results: dict = {}
+    bar = ctx.bar(len(plan) * repeat, "tstream")
+    try:
+        for rep in range(repeat):
+            for fig, series, x, p in plan:
+                r = runner.measure(p)
+                results.setdefault((fig, series, x), []).append(r)
+                rec.add(f"{fig}:{series}", x, "throughput", r["throughput"], rep, "events/s")
+                rec.add(f"{fig}:{series}", x, "events", r["events"], rep, "events")
+                if r["p99_ms"] is not None:
+                    rec.add(f"{fig}:{series}", x, "p99_latency", r["p99_ms"], rep, "ms")
+                if r["equal"] is not None:
+                    rec.add(f"{fig}:{series}", x, "equal_to_oracle", float(r["equal"]), rep, "bool")
+                if fig == "fig9":
+                    for k, v in _breakdown(r, p.cc).items():
+                        rec.add(f"{fig}:{series}", x, f"breakdown_{k}", v, rep, "fraction")
+                    rec.add(f"{fig}:{series}", x, "rounds", r["group"].get("rounds", 0), rep, "rounds")
+                if fig == "fig14":
+                    g = r["group"]
+                    for k in ("placement_locality", "page_locality"):
+                        if g.get(k) is not None:
+                            rec.add(f"{fig}:{series}", x, k, g[k], rep, "fraction")
+                bar.update(1)
+    finally:
+        bar.close()
+        runner.close()
+    rec.write()
+
+    def med(fig, series, x, key="throughput"):
+        vals = [r[key] for r in results.get((fig, series, x), []) if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    # -- summary ----------------------------------------------------------------------------
+    thr = {app: {cc: {str(t): med("fig8", f"{app}/{cc}", t) for t in threads} for cc in SCHEMES} for app in APPS}
+    best, ratio = {}, {}
+    for app in APPS:
+        b = max(BASELINES, key=lambda cc: thr[app][cc][str(tmax)] or 0.0)
+        best[app] = b
+        bv = thr[app][b][str(tmax)]
+        ratio[app] = round(thr[app]["tstream"][str(tmax)] / bv, 3) if bv else None
+    p99 = {app: {str(iv): med("fig12", app, iv, "p99_ms") for iv in intervals} for app in APPS}
+    ithr = {app: {str(iv): med("fig12", app, iv) for iv in intervals} for app in APPS}
+    brk = {}
+    for cc in SCHEMES:
+        rs = results.get(("fig9", cc, tmax), [])
+        if rs:
+            parts = [_breakdown(r, cc) for r in rs]
+            brk[cc] = {k: round(statistics.median(d[k] for d in parts), 3) for k in parts[0]}
+    mp = {"ratio": {cc: {str(r): med("fig10a", cc, r) for r in ratios} for cc in ("tstream", "lock", "pat")},
+          "length": {cc: {str(L): med("fig10b", cc, L) for L in lengths} for cc in ("tstream", "lock", "pat")}}
+    rd = {cc: {str(rr): med("fig11a", cc, rr) for rr in reads} for cc in CORRECT}
+    sk = {cc: {str(th): med("fig11b", cc, th) for th in thetas} for cc in CORRECT}
+    numa = {}
+    if vnodes:
+        for app in APPS:
+            numa[app] = {}
+            for mode, steal in NUMA_CONFIGS:
+                name = mode + ("+stealing" if steal else "")
+                rs = results.get(("fig14", f"{app}/{name}", app), [])
+                g = [r["group"] for r in rs]
+                numa[app][name] = {
+                    "throughput": med("fig14", f"{app}/{name}", app),
+                    "placement_locality": _med([x.get("placement_locality") for x in g]),
+                    "page_locality": _med([x.get("page_locality") for x in g]),
+                }
+    skew_drop = {cc: _ratio(sk[cc][str(thetas[-1])], sk[cc][str(thetas[0])]) for cc in CORRECT}
+    goals = {
+        "tstream_beats_best_baseline": {a: (ratio[a] or 0) > 1.0 for a in ("gs", "ob", "tp")},
+        "sl_gains_least": (ratio["sl"] is not None and all(ratio["sl"] <= (ratio[a] or 0)
+                                                          for a in ("gs", "ob", "tp"))),
+        "pat_ge_lock_except_tp": {a: (thr[a]["pat"][str(tmax)] or 0) >= (thr[a]["lock"][str(tmax)] or 0)
+                                  for a in ("gs", "sl", "ob")},
+        "skew_ratio_theta_max_over_0": skew_drop,
+        "gs_p99_under_1ms_at_500": (p99["gs"].get("500") or 1e9) < 1.0,
+    }
+    load1 = _loadavg()
+    summary.update({
+        "serial_equivalent": not runner.mismatches and runner.checked > 0,
+        "checked_runs": runner.checked,
+        "mismatches": runner.mismatches,
+        "nolock_diverged_runs": f"{runner.nolock_diverged}/{runner.nolock_runs}",
+        "throughput": thr,
+        "best_baseline": best,
+        "tstream_vs_best_baseline": ratio,
+        "p99_latency_ms": p99,
+        "interval_throughput": ithr,
+        "breakdown_sl": brk,
+        "multi_partition": mp,
+        "read_ratio": rd,
+        "skew": sk,
+        "numa": numa,
+        "goals": goals,
+        "load_average_before_after": [load0, load1],
+        "cpus": len(ctx.topo.cpus),
+        "elapsed_s": round(time.perf_counter() - t_start, 1),
+    })
+    _plots(ctx, summary, threads, intervals, ratios, lengths, reads, thetas)
+    _report(ctx, summary, tmax)
+    print(f"[experiment] tstream done in {summary['elapsed_s']} s -> {ctx.out}/tstream.csv, tstream-fig*.png, "
+          f"report.md", file=sys.stderr, flush=True)
+    print(f"report: {ctx.out / 'report.md'}")
+    return summary
+
+
+def _med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def _k(v):
+    return "-" if v is None else (f"{v / 1000:.1f}k" if v >= 1000 else f"{v:.0f}")
+
+
+def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, app in zip(axes, APPS):
+        for cc in SCHEMES:
+            ys = [s["throughput"][app][cc][str(t)] for t in threads]
+            ax.plot(threads, [y or 0 for y in ys], marker="o", label=cc)
+        ax.set_title(f"Fig. 8 {app.upper()}")
+        ax.set_xlabel("threads")
+        ax.set_ylabel("events/s")
+        ax.set_xticks(threads)
+    axes[0].legend(fontsize=7)
+    _save(fig, ctx, "tstream-fig8")
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    names = list(s["breakdown_sl"])
+    bottom = np.zeros(len(names))
+    for part in ("useful", "sync", "lock", "others"):
+        vals = np.array([s["breakdown_sl"][n][part] for n in names])
+        ax.bar(names, vals, bottom=bottom, label=part)
+        bottom += vals
+    ax.set_title(f"Fig. 9 SL time breakdown ({threads[-1]} threads)")
+    ax.set_ylabel("fraction of worker time")
+    ax.legend(fontsize=7)
+    _save(fig, ctx, "tstream-fig9")
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for cc, ys in s["multi_partition"]["ratio"].items():
+        axes[0].plot(ratios, [ys[str(r)] or 0 for r in ratios], marker="o", label=cc)
+    axes[0].set_title("Fig. 10a GS: multi-partition ratio (length 6, P=8)")
+    axes[0].set_xlabel("% multi-partition")
+    for cc, ys in s["multi_partition"]["length"].items():
+        axes[1].plot(lengths, [ys[str(L)] or 0 for L in lengths], marker="o", label=cc)
+    axes[1].set_title("Fig. 10b GS: length (50% multi-partition)")
+    axes[1].set_xlabel("partitions per transaction")
+    for ax in axes:
+        ax.set_ylabel("events/s")
+        ax.legend(fontsize=7)
+    _save(fig, ctx, "tstream-fig10")
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for cc, ys in s["read_ratio"].items():
+        axes[0].plot(reads, [ys[str(r)] or 0 for r in reads], marker="o", label=cc)
+    axes[0].set_title("Fig. 11a GS: read ratio (theta 0, no Sum)")
+    axes[0].set_xlabel("% read transactions")
+    for cc, ys in s["skew"].items():
+        axes[1].plot(thetas, [ys[str(t)] or 0 for t in thetas], marker="o", label=cc)
+    axes[1].set_title("Fig. 11b GS: skew (write-only)")
+    axes[1].set_xlabel("Zipf theta")
+    for ax in axes:
+        ax.set_ylabel("events/s")
+        ax.legend(fontsize=7)
+    _save(fig, ctx, "tstream-fig11")
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for app in APPS:
+        axes[0].plot(intervals, [s["interval_throughput"][app][str(i)] or 0 for i in intervals], marker="o", label=app)
+        axes[1].plot(intervals, [s["p99_latency_ms"][app][str(i)] or 0 for i in intervals], marker="o", label=app)
+    for ax, t in zip(axes, ("Fig. 12a throughput (events/s)", "Fig. 12b p99 latency (ms)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("punctuation interval (events per executor)")
+        ax.set_title(t)
+        ax.legend(fontsize=7)
+    axes[1].set_yscale("log")
+    _save(fig, ctx, "tstream-fig12")
+
+    if s["numa"]:
+        fig, ax = plt.subplots(figsize=(10, 3.6))
+        confs = [m + ("+stealing" if st else "") for m, st in NUMA_CONFIGS]
+        w = 0.8 / len(confs)
+        for i, c in enumerate(confs):
+            ax.bar(np.arange(len(APPS)) + i * w, [s["numa"][a][c]["throughput"] or 0 for a in APPS], w, label=c)
+        ax.set_xticks(np.arange(len(APPS)) + 0.4 - w / 2)
+        ax.set_xticklabels([a.upper() for a in APPS])
+        ax.set_ylabel("events/s")
+        ax.set_title(f"Fig. 14 NUMA options ({s['virtual_nodes']} virtual nodes)" if len(T.probe().cpu_nodes) == 1
+                     else "Fig. 14 NUMA options")
+        ax.legend(fontsize=7)
+        _save(fig, ctx, "tstream-fig14")
+
+
+def _report(ctx, s, tmax) -> None:
+    threads = s["threads"]
+    lines = [
+        f"TStream (seed 002) on {s['cpus']} CPUs; threads {threads}; interval 500 unless varied; at most "
+        f"{s['events_per_point_max']} events or {s['budget_s']} s per run (the CSV has each run's events), median "
+        f"of {s['repeat']} repeat(s) with the schemes interleaved. Load average (1/5/15 min) before and after: "
+        f"{s['load_average_before_after'][0]} / {s['load_average_before_after'][1]} -- spinning baselines need "
+        f"their partner executor running, so a busy host hurts them far more than TStream.",
+        "",
+        f"**Serial equivalence:** {s['checked_runs']} runs of correct schemes checked against the timestamp-order "
+        f"oracle (final state and every output): {'all equal' if s['serial_equivalent'] else 'MISMATCHES: ' + ', '.join(s['mismatches'])}. "
+        f"No-Lock differed from the oracle in {s['nolock_diverged_runs']} runs.",
+        "",
+        f"**Fig. 8: throughput (events/s)**, and TStream / best correct baseline at {tmax} threads:",
+        "",
+    ]
+    rows = []
+    for app in APPS:
+        for t in threads:
+            rows.append([app.upper(), t] + [_k(s["throughput"][app][cc][str(t)]) for cc in SCHEMES])
+    lines.append(_md_table(["app", "threads"] + list(SCHEMES), rows))
+    lines += ["", _md_table(["app", "best baseline", "TStream / best"],
+                            [[a.upper(), s["best_baseline"][a], s["tstream_vs_best_baseline"][a]] for a in APPS]), ""]
+    lines += [f"**Fig. 9: SL time breakdown at {tmax} threads** (fraction of workers x wall time):", "",
+              _md_table(["scheme", "useful", "sync", "lock", "others"],
+                        [[cc] + [v[k] for k in ("useful", "sync", "lock", "others")]
+                         for cc, v in s["breakdown_sl"].items()]), ""]
+    lines += ["**Fig. 10: GS multi-partition transactions** (P = 8; events/s):", ""]
+    for what in ("ratio", "length"):
+        xs = list(next(iter(s["multi_partition"][what].values())))
+        lines += [_md_table([what] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s["multi_partition"][what].items()]),
+                  ""]
+    for title, key in (("Fig. 11a: GS read ratio (%)", "read_ratio"), ("Fig. 11b: GS skew (theta, write-only)", "skew")):
+        xs = list(next(iter(s[key].values())))
+        lines += [f"**{title}** (events/s):", "",
+                  _md_table(["scheme"] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s[key].items()]), ""]
+    xs = list(s["p99_latency_ms"]["gs"])
+    lines += ["**Fig. 12: punctuation interval** -- throughput (events/s) / p99 latency (ms), TStream:", "",
+              _md_table(["app"] + xs, [[a.upper()] + [f"{_k(s['interval_throughput'][a][x])} / "
+                                                       f"{'-' if s['p99_latency_ms'][a][x] is None else round(s['p99_latency_ms'][a][x], 2)}"
+                                                       for x in xs] for a in APPS]), ""]
+    if s["numa"]:
+        confs = list(next(iter(s["numa"].values())))
+        lines += [f"**Fig. 14: NUMA options** ({s['virtual_nodes'] or 'real'} nodes; events/s, placement locality, "
+                  "page locality -- the fraction of operations whose record's segment was placed on / whose pages "
+                  "the kernel reports on the node of the worker that ran them):", "",
+                  _md_table(["app"] + confs,
+                            [[a.upper()] + [f"{_k(v['throughput'])}, {_fmt(v['placement_locality'])}, "
+                                            f"{_fmt(v['page_locality'])}" for v in s["numa"][a].values()]
+                             for a in APPS]), ""]
+    g = s["goals"]
+    lines += ["**Goals (measured):**", "",
+              f"- TStream beats the best correct baseline at {tmax} threads: "
+              + ", ".join(f"{a.upper()} {'yes' if v else 'no'} ({s['tstream_vs_best_baseline'][a]}x)"
+                          for a, v in g["tstream_beats_best_baseline"].items())
+              + f"; SL gains least: {'yes' if g['sl_gains_least'] else 'no'} ({s['tstream_vs_best_baseline']['sl']}x).",
+              "- PAT >= LOCK: " + ", ".join(f"{a.upper()} {'yes' if v else 'no'}"
+                                           for a, v in g["pat_ge_lock_except_tp"].items()) + ".",
+              "- Throughput at the highest skew over theta 0 (write-only GS): "
+              + ", ".join(f"{cc} {v}" for cc, v in g["skew_ratio_theta_max_over_0"].items()) + ".",
+              f"- GS p99 latency at interval 500 under 1 ms: {'yes' if g['gs_p99_under_1ms_at_500'] else 'no'} "
+              f"({_fmt(s['p99_latency_ms']['gs'].get('500'))} ms, saturated: the Parser runs up to two batches "
+              f"ahead, so an event waits for the batch before its own).",
+              "", f"Run time {s['elapsed_s']} s."]
+    write_section(ctx, "tstream", "TStream: transactional shared state (seed 002)", "\n".join(lines))
+
+
+def _fmt(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+__all__ = ["run_experiment"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: bobox experiment tstream")

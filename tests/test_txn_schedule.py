@@ -1,0 +1,416 @@
+"""Transactional shared state under the scheduler (spec 002 section 6, items 1-7):
+serial equivalence with the timestamp-order oracle over random workloads (TStream in
+every NUMA mode, with and without work stealing, under both policies; LOCK, MVLK and PAT
+too), no lost updates, all-or-none aborts and rejections, punctuation ordering, versions
+freed after every batch, determinism across thread counts, No-Lock diverging, and no
+deadlock with more executors than threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import topology
+from bobox_sched import Plan, Scheduler, Source
+from bobox_sched.errors import BoboxError
+from bobox_sched.packet import Packet
+from bobox_sched.stream.punct import Batch
+from bobox_sched.txn import DEC, GT, INC, StateStore, StateTable, TransactionalOperator, TxnConfig
+from bobox_sched.txn import coordinator as coord
+from bobox_sched.txn.baselines import pat_sequence
+from bobox_sched.txn.oracle import record
+from operators.txn import make_app, oracle_of, pat_seq_of, run_once, same_outputs
+from topology.virtual import virtual_topology
+
+from txn_workload import RandomOp, make_events, make_store, run_oracle, run_scheduled, same
+
+MODES = ("shared-nothing", "shared-per-socket", "shared-everything")
+
+
+def _vtopo(k=2):
+    return virtual_topology(topology.probe(), k)
+
+
+def _pat_seq(store, events, parts, op=RandomOp):
+    n = len(next(iter(events.values())))
+    cols = dict(events)
+    cols["ts"] = np.arange(n, dtype=np.int64)
+    return pat_sequence(record(op(TxnConfig(store, 1), 0), [Packet(cols)]), store, parts)
+
+
+def _check(store, events, cfg, **kw):
+    init = store.dense()
+    dense_o, out_o = run_oracle(store, events)
+    store.load_dense(init)
+    dense, out, summary, grp = run_scheduled(store, events, cfg, **kw)
+    assert np.array_equal(dense, dense_o, equal_nan=True), "final state differs from the serial oracle"
+    diff = same(out, out_o)
+    assert diff is None, diff
+    return summary, grp
+
+
+# -- 1. serial equivalence ----------------------------------------------------------------
+
+
+@given(nkeys=st.sampled_from([1, 3, 40, 10_000]), theta=st.sampled_from([0.0, 0.6, 1.5]),
+       interval=st.sampled_from([1, 2, 7, 500]), T=st.integers(1, 8), mode=st.sampled_from(MODES),
+       steal=st.booleans(), n=st.integers(1, 150), seed=st.integers(0, 2**31), cycles=st.booleans(),
+       constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans())
+@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_tstream_is_serially_equivalent(nkeys, theta, interval, T, mode, steal, n, seed, cycles, constrained,
+                                        policy, virtual):
+    store = make_store(nkeys, constrained, seed)
+    ev = make_events(n, nkeys, theta, seed, cycles=cycles)
+    cfg = TxnConfig(store, T, interval=interval, numa_mode=mode, work_stealing=steal)
+    _check(store, ev, cfg, policy=policy, topology=_vtopo() if virtual else None)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("steal", [False, True])
+def test_sl_style_cycles_in_every_mode(mode, steal):
+    """A <-> B dependencies in every batch (each transaction reads the other record of its
+    pair), hot keys: the rounds must resolve cycles without deadlock."""
+    store = make_store(5, False, 3)
+    ev = make_events(300, 5, 1.2, 3, cycles=True, kinds=(1,))
+    summary, _ = _check(store, ev, TxnConfig(store, 4, interval=25, numa_mode=mode, work_stealing=steal),
+                        topology=_vtopo())
+    assert summary["versions_peak"] > 0  # the cycle's chains kept versions
+
+
+def test_progress_controller_stream_is_equivalent():
+    store = make_store(20, True, 5)
+    ev = make_events(400, 20, 0.9, 5, cycles=True)
+    _check(store, ev, TxnConfig(store, 3, interval=13), controller=True, packet_rows=37)
+
+
+# -- 6. the baselines match the oracle; No-Lock does not ------------------------------------
+
+
+@given(scheme=st.sampled_from(["lock", "mvlk", "pat"]), nkeys=st.sampled_from([1, 4, 300]),
+       T=st.integers(1, 5), n=st.integers(1, 120), seed=st.integers(0, 2**31), constrained=st.booleans(),
+       cycles=st.booleans())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_baselines_are_serially_equivalent(scheme, nkeys, T, n, seed, constrained, cycles):
+    store = make_store(nkeys, constrained, seed)
+    ev = make_events(n, nkeys, 0.9, seed, cycles=cycles)
+    ps = _pat_seq(store, ev, T) if scheme == "pat" else None
+    _check(store, ev, TxnConfig(store, T, interval=16, cc=scheme, pat_seq=ps))
+
+
+class ReadThenSet(TransactionalOperator):
+    """Every event reads record 0, then sets it to its own ts: the read must return the
+    previous event's ts."""
+
+    def state_access(self, txn, eb):
+        k = np.zeros(eb.n, np.int64)
+        txn.read(self.store["a"], k, into="prev")
+        txn.write(self.store["a"], k, eb.ts.astype(float))
+
+    def post_process(self, eb):
+        return {"ts": eb.ts, "ok": eb.success, "prev": eb["prev"]}
+
+
+def test_nolock_diverges_on_a_conflicting_workload():
+    """One worker thread runs two executors packet by packet: No-Lock executes a whole
+    packet of one executor before the other's, so reads see the wrong writes; LOCK (same
+    thread count) does not."""
+    results = {}
+    for cc in ("nolock", "lock"):
+        store = StateStore(StateTable("a", 1, init=-1.0))
+        ev = {"x": np.zeros(200, np.int64)}
+        dense, out, _, _ = run_scheduled(store, ev, TxnConfig(store, 2, interval=50, cc=cc), threads=1,
+                                         packet_rows=50, op=ReadThenSet)
+        results[cc] = out["prev"]
+    want = np.arange(200) - 1.0
+    assert np.array_equal(results["lock"], want)
+    assert not np.array_equal(results["nolock"], want)
+
+
+# -- 2. no lost updates ----------------------------------------------------------------------
+
+SCHEMES = ["tstream", "lock", "mvlk", "pat"]
+
+
+@pytest.mark.parametrize("cc", SCHEMES)
+def test_deposits_and_transfers_conserve(cc):
+    s_app = make_app("sl", nkeys=50, theta=1.0, nparts=3)
+    for kind in (0, 1):  # deposits only, transfers only
+        store = s_app.make_store()
+        ev = s_app.events(1200, seed=11 + kind)
+        ev["kind"] = np.full(1200, kind, np.int64)
+        before = sum(t.values().sum() for t in store.tables)
+        ps = pat_seq_of(s_app, store, ev, 3) if cc == "pat" else None
+        with Scheduler(threads_per_node=2, pin=False) as s:
+            r = run_once(s, s_app, store, ev, TxnConfig(store, 3, interval=100, cc=cc, pat_seq=ps), keep=True)
+        after = sum(t.values().sum() for t in store.tables)
+        if kind == 0:
+            assert after == before + ev["a"].sum() + ev["s"].sum()
+        else:
+            assert after == before
+            assert not r["outputs"]["ok"].all()  # some transfers were rejected (hot accounts drained)
+
+
+@pytest.mark.parametrize("cc", SCHEMES)
+def test_tp_counts_distinct_vehicles(cc):
+    app = make_app("tp", nkeys=10, vehicles=500, nparts=2)
+    store = app.make_store()
+    ev = app.events(1500, seed=4)
+    ps = pat_seq_of(app, store, ev, 2) if cc == "pat" else None
+    with Scheduler(threads_per_node=2, pin=False) as s:
+        run_once(s, app, store, ev, TxnConfig(store, 2, interval=64, cc=cc, pat_seq=ps))
+    counts = store["count"].values()
+    for seg in range(10):
+        want = np.unique(ev["vid"][ev["seg"] == seg]).size
+        assert counts[seg] == want
+        assert store["count"].members(seg).size == want
+
+
+@pytest.mark.parametrize("name", ["gs", "sl", "ob", "tp"])
+def test_apps_equal_the_oracle_under_every_correct_scheme(name):
+    app = make_app(name, nkeys=200 if name != "tp" else 20, nparts=2)
+    store = app.make_store()
+    init = store.dense()
+    ev = app.events(1500, seed=2)
+    dense_o, out_o = oracle_of(app, store, ev)
+    with Scheduler(threads_per_node=2, pin=False) as s:
+        for cc in SCHEMES:
+            store.load_dense(init)
+            ps = pat_seq_of(app, store, ev, 2) if cc == "pat" else None
+            r = run_once(s, app, store, ev, TxnConfig(store, 2, interval=100, cc=cc, pat_seq=ps), keep=True)
+            assert np.array_equal(store.dense(), dense_o), cc
+            assert same_outputs(r["outputs"], out_o), cc
+
+
+# -- 3. aborts and rejections -----------------------------------------------------------------
+
+
+class TwoWrites(TransactionalOperator):
+    """Each event: a[k1] -= x, then b[k2] -= y (b may not go below 0: that aborts the
+    whole transaction, so a[k1] must not change either)."""
+
+    def state_access(self, txn, eb):
+        txn.read_modify(self.store["a"], eb["k1"], DEC, param=eb["x"], into="a_after")
+        txn.read_modify(self.store["b"], eb["k2"], DEC, param=eb["y"], into="b_after")
+
+    def post_process(self, eb):
+        return {"ts": eb.ts, "ok": eb.success, "a_after": eb["a_after"], "b_after": eb["b_after"]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_constraint_abort_is_all_or_none_and_equals_the_oracle_without_them(mode):
+    rng = np.random.default_rng(9)
+    n = 600
+    ev = {"k1": rng.integers(0, 6, n), "k2": rng.integers(0, 6, n), "x": rng.integers(1, 5, n).astype(float),
+          "y": rng.integers(1, 9, n).astype(float)}
+
+    def store():
+        return StateStore(StateTable("a", 6, init=0.0), StateTable("b", 6, init=100.0, constraint=(0.0, None)))
+
+    s1 = store()
+    dense, out, summary, _ = run_scheduled(s1, ev, TxnConfig(s1, 3, interval=40, numa_mode=mode),
+                                           op=TwoWrites, topology=_vtopo())
+    aborted = ~out["ok"]
+    assert aborted.any() and summary["aborts"] == aborted.sum()
+    assert (s1["b"].values() >= 0).all()
+    # a[k1] only changed by committed transactions (all or none)
+    a_want = np.zeros(6)
+    np.subtract.at(a_want, ev["k1"][~aborted], ev["x"][~aborted])
+    assert np.array_equal(s1["a"].values(), a_want)
+    # = the serial run that skips the aborted transactions
+    s2 = store()
+    keep = {k: np.where(aborted, 0, v) if k in ("x", "y") else v for k, v in ev.items()}
+    d2, out2 = run_oracle(s2, keep, op=TwoWrites)
+    assert np.array_equal(dense, d2)
+    assert np.array_equal(out["b_after"][~aborted], out2["b_after"][~aborted])
+    assert np.isnan(out["a_after"][aborted]).all()
+
+
+class Transfer(TransactionalOperator):
+    def state_access(self, txn, eb):
+        a = self.store["a"]
+        txn.require(GT(a, eb["src"], eb["amt"]))
+        txn.read_modify(a, eb["src"], DEC, param=eb["amt"], into="s")
+        txn.read_modify(a, eb["dst"], INC, param=eb["amt"], into="d")
+
+    def post_process(self, eb):
+        return {"ts": eb.ts, "ok": eb.success, "s": eb["s"], "d": eb["d"]}
+
+
+@pytest.mark.parametrize("cc", SCHEMES)
+def test_condition_rejection_is_all_or_none(cc):
+    rng = np.random.default_rng(1)
+    n = 800
+    src = rng.integers(0, 8, n)
+    ev = {"src": src, "dst": (src + rng.integers(1, 8, n)) % 8, "amt": rng.integers(1, 40, n).astype(float)}
+    store = StateStore(StateTable("a", 8, init=50.0))
+    ps = _pat_seq(store, ev, 2, op=Transfer) if cc == "pat" else None
+    dense, out, _, _ = run_scheduled(store, ev, TxnConfig(store, 2, interval=32, cc=cc, pat_seq=ps), op=Transfer)
+    ok = out["ok"]
+    assert 0 < ok.sum() < n
+    assert store["a"].values().sum() == 400.0  # rejected transfers moved nothing
+    # each committed transfer's source balance after = the one before - amount
+    assert (out["s"][ok] >= 0).all()
+
+
+# -- 4. punctuations -----------------------------------------------------------------------------
+
+
+def test_punctuation_orders_batches(monkeypatch):
+    log = []
+    orig_start, orig_finish, orig_post = coord.Group._start_batch, coord.Group._finish, None
+    from bobox_sched.txn.operator import TransactionalOperator as TO
+
+    orig_post = TO._post_dual
+
+    def start(self):
+        log.append(("start", self.batch))
+        orig_start(self)
+
+    def finish(self):
+        b = self.batch
+        assert self.live_versions >= 0
+        orig_finish(self)
+        log.append(("finish", b))
+
+    def post(self, ctx, st_):
+        log.append(("post", st_.batch, self.executor))
+        orig_post(self, ctx, st_)
+
+    monkeypatch.setattr(coord.Group, "_start_batch", start)
+    monkeypatch.setattr(coord.Group, "_finish", finish)
+    monkeypatch.setattr(TO, "_post_dual", post)
+    store = make_store(30, False, 2)
+    ev = make_events(500, 30, 0.8, 2)
+    T = 3
+    _check(store, ev, TxnConfig(store, T, interval=20))
+    batches = max(e[1] for e in log if e[0] == "start") + 1
+    for k in range(batches):
+        i_start = log.index(("start", k))
+        i_fin = log.index(("finish", k))
+        posts = [i for i, e in enumerate(log) if e[0] == "post" and e[1] == k]
+        assert len(posts) == T
+        assert i_start < i_fin < min(posts)  # post only after all of batch k's chains
+        if k + 1 < batches:
+            assert max(posts) < log.index(("start", k + 1))  # k+1's state access after k's post
+
+
+class _Feed(Source):
+    """Sends given items (dict -> packet with a ts column, or a punctuation) in order."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def process(self, ctx):
+        for it in self.items:
+            if isinstance(it, Batch):
+                ctx.punctuate(it)
+            else:
+                ctx.send("out", Packet({"ts": np.asarray(it, np.int64), "k": np.zeros(len(it), np.int64)}))
+        ctx.close()
+        ctx.finish()
+
+
+class _Touch(TransactionalOperator):
+    def state_access(self, txn, eb):
+        txn.read_modify(self.store["a"], eb["k"], INC, param=1.0)
+
+
+@pytest.mark.parametrize("items, msg", [
+    ([[0, 1, 5], Batch(3)], "precedes the punctuation"),  # an event at or above the next punctuation's ts
+    ([[0, 1], Batch(3), [2]], "below the last punctuation"),  # time went back
+    ([[0], Batch(3), [4], Batch(3)], "does not grow"),
+])
+def test_bad_timestamps_fail_the_request(items, msg):
+    store = StateStore(StateTable("a", 1))
+    cfg = TxnConfig(store, 1, interval=10)
+    plan = Plan("bad")
+    plan.add("src", _Feed, items)
+    plan.add("op", _Touch, cfg, 0)
+    plan.add("sink", _Null)
+    plan.chain("src", "op", "sink")
+    with Scheduler(threads_per_node=1, pin=False) as s:
+        with pytest.raises(ValueError, match=msg):
+            s.submit(plan).result(timeout=60)
+
+
+from bobox_sched import Sink  # noqa: E402
+
+
+class _Null(Sink):
+    pass
+
+
+# -- 5. versions -----------------------------------------------------------------------------------
+
+
+def test_versions_only_where_read_and_freed_after_every_batch(monkeypatch):
+    seen = []
+    orig = coord.Group._finish
+
+    def finish(self):
+        nops = self.NOPS if self.B is not None else 0
+        orig(self)
+        seen.append((nops, self.live_versions, int((self.rec_chain >= 0).sum()), int(self.rec_ver.sum())))
+
+    monkeypatch.setattr(coord.Group, "_finish", finish)
+    # no cross-record reads: nothing is versioned
+    store = make_store(50, False, 1)
+    ev = make_events(400, 50, 0.5, 1, deps=False, conds=False)
+    s0, _ = _check(store, ev, TxnConfig(store, 2, interval=30))
+    assert s0["versions_peak"] == 0
+    # sources and conditions: versions, at most one per operation of the batch (N x m)
+    store = make_store(50, False, 1)
+    ev = make_events(400, 50, 0.9, 1, cycles=True)
+    s1, _ = _check(store, ev, TxnConfig(store, 2, interval=30))
+    assert s1["versions_peak"] > 0
+    assert all(live == 0 and chains == 0 and marks == 0 for _, live, chains, marks in seen)
+    assert s1["versions_peak"] <= max(n for n, *_ in seen)
+
+
+# -- 6. determinism ----------------------------------------------------------------------------------
+
+
+def test_identical_output_across_thread_counts_and_runs():
+    ev = make_events(700, 60, 1.0, 8, cycles=True)
+    outs = []
+    for threads in (1, 2, 2, 4):
+        store = make_store(60, True, 8)
+        dense, out, _, _ = run_scheduled(store, ev, TxnConfig(store, 4, interval=25), threads=threads)
+        outs.append((dense, out))
+    for dense, out in outs[1:]:
+        assert np.array_equal(dense, outs[0][0])
+        assert same(out, outs[0][1]) is None
+
+
+# -- 7. no deadlock -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cc", SCHEMES + ["nolock"])
+def test_more_executors_than_threads(cc):
+    """8 executors on one worker thread: baselines' waits return instead of spinning on
+    an executor that cannot run; TStream's barriers never block."""
+    store = make_store(10, False, 4)
+    ev = make_events(400, 10, 1.0, 4)
+    ps = _pat_seq(store, ev, 8) if cc == "pat" else None
+    cfg = TxnConfig(store, 8, interval=10, cc=cc, pat_seq=ps, spin_us=50)
+    if cc == "nolock":
+        run_scheduled(store, ev, cfg, threads=1)
+    else:
+        _check(store, ev, cfg, threads=1)
+
+
+# -- NUMA placement ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, pools", [("shared-nothing", 2), ("shared-per-socket", 2), ("shared-everything", 1)])
+def test_pools_follow_numa_mode_and_run_on_their_node(mode, pools):
+    store = make_store(400, False, 6)
+    ev = make_events(600, 400, 0.6, 6)
+    summary, grp = _check(store, ev, TxnConfig(store, 2, interval=50, numa_mode=mode), threads=1, topology=_vtopo())
+    assert summary["pools"] == pools
+    assert len(store.segments) == 2  # one segment per (virtual) node
+    if mode != "shared-everything":
+        assert summary["placement_locality"] == 1.0  # every pool task ran on its pool's node
+    assert summary["page_locality"] == 1.0 or not topology.memory.numa_available()

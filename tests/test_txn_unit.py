@@ -1,0 +1,291 @@
+"""bobox_sched.txn building blocks: atomics in nogil kernels, Fun/CFun registration,
+state tables and their node-local placement, the txn API's checks, the progress
+controller's dealing, and the serial oracle kernel against a plain-Python one."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from bobox_sched.packet import Packet
+from bobox_sched.txn import (GE, INC, EventBlotter, StateStore, StateTable, TransactionalOperator, TxnConfig,
+                             register_cfun, register_fun)
+from bobox_sched.txn.atomics import atomic_add, atomic_cas, atomic_max, atomic_store, cpu_relax
+from bobox_sched.txn.funs import kernels
+from bobox_sched.txn.oracle import record, reference_run, serial_run
+from bobox_sched.txn.ops import OpBuffer, Txn
+from bobox_sched.txn.progress import batch_punct_ts, deal
+from topology.memory import live_nodes, numa_available
+
+from txn_workload import RandomOp, make_events, make_store
+
+
+# -- atomics ---------------------------------------------------------------------------
+
+
+@njit(nogil=True)
+def _fetch_add(a, n):
+    for _ in range(n):
+        atomic_add(a, 0, 1)
+
+
+@njit(nogil=True)
+def _cas_lock_increment(a, n):
+    """A spin lock made of cmpxchg guarding a plain increment."""
+    for _ in range(n):
+        while atomic_cas(a, 1, 0, 1) != 0:
+            cpu_relax()
+        a[2] = a[2] + 1
+        atomic_store(a, 1, 0)
+
+
+@njit(nogil=True)
+def _max_of(a, vals):
+    for v in vals:
+        atomic_max(a, 3, v)
+
+
+def _threads(fn, *args, k=4):
+    ts = [threading.Thread(target=fn, args=args) for _ in range(k)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def test_atomics_are_exact_across_threads_in_nogil_kernels():
+    a = np.zeros(4, np.int64)
+    _fetch_add(a, 1)
+    _cas_lock_increment(a, 1)
+    a[:] = 0
+    _threads(_fetch_add, a, 200_000)
+    assert a[0] == 800_000
+    _threads(_cas_lock_increment, a, 50_000)
+    assert a[2] == 200_000 and a[1] == 0
+    vals = np.random.default_rng(0).integers(-1000, 1000, 10_000)
+    _threads(_max_of, a, vals)
+    assert a[3] == vals.max()
+
+
+def test_atomics_refuse_other_arrays():
+    @njit
+    def bad(a):
+        return atomic_add(a, 0, 1.0)
+
+    with pytest.raises(Exception):
+        bad(np.zeros(2))
+
+
+# -- Fun / CFun ------------------------------------------------------------------------
+
+
+def times3_plus(cur, src, param, bits):
+    return cur * 3.0 + param
+
+
+def within_ten(a, b):
+    return abs(a - b) <= 10.0
+
+
+def test_user_registered_fun_and_cfun_run_in_the_kernels():
+    t3 = register_fun("TIMES3_PLUS", times3_plus)
+    w10 = register_cfun("WITHIN_TEN", within_ten)
+    assert register_fun("TIMES3_PLUS", times3_plus) is t3  # idempotent
+    a = StateTable("a", 4, init=[1.0, 2.0, 30.0, 4.0])
+    st = StateStore(a)
+
+    class Op(TransactionalOperator):
+        def state_access(self, txn, eb):
+            txn.require(w10(a, eb["k"], 5.0))
+            txn.read_modify(a, eb["k"], t3, param=1.0, into="new")
+
+        def post_process(self, eb):
+            return {"ts": eb.ts, "ok": eb.success, "new": eb["new"]}
+
+    op = Op(TxnConfig(st, 1), 0)
+    rec = record(op, [Packet({"k": np.array([0, 2, 0]), "ts": np.array([0, 1, 2])})])
+    res, verdict, aborts = serial_run(st, rec)
+    assert list(verdict[:3]) == [1, 0, 1]  # |30 - 5| > 10: rejected
+    assert a.values().tolist() == [13.0, 2.0, 30.0, 4.0]  # 1 -> 4 -> 13
+    assert aborts == 0
+
+
+def test_registration_errors():
+    with pytest.raises(ValueError):
+        register_fun("LAMBDA", lambda cur, src, param, bits: cur)
+    with pytest.raises(ValueError):
+        register_fun("TWO", within_ten)  # a CFun's arity
+    with pytest.raises(ValueError):
+        register_fun("TIMES3_PLUS", within_ten.__class__)
+
+
+# -- tables ----------------------------------------------------------------------------
+
+
+def test_table_values_sets_and_errors():
+    a = StateTable("a", 5, record_bytes=100, init=np.arange(5.0))
+    s = StateTable("s", 3, set_capacity=130)
+    st = StateStore(a, s)
+    assert st.width == max(13, 1 + 3)
+    assert a.values().tolist() == [0, 1, 2, 3, 4]
+    a.load(7.0)
+    assert a.values().tolist() == [7.0] * 5
+    assert st["s"] is s and len(s) == 3
+    with pytest.raises(ValueError):
+        StateTable("x", 0)
+    with pytest.raises(ValueError):
+        StateTable("x", 3, constraint=(5, 1))
+    with pytest.raises(ValueError):
+        StateTable("x", 3, set_capacity=8, constraint=(0, None))
+    with pytest.raises(ValueError):
+        StateStore(StateTable("d", 1), StateTable("d", 1))
+    with pytest.raises(ValueError):
+        StateStore(a)  # already in a store
+
+
+def test_place_keeps_values_and_pages_are_on_the_segment_node():
+    a = StateTable("a", 3000, record_bytes=128, init=np.arange(3000.0))
+    st = StateStore(a)
+    live = live_nodes()
+    nodes = [live[i % len(live)] for i in range(2)]
+    st.place(np.arange(3000) % 2, nodes)
+    assert a.values().tolist() == list(np.arange(3000.0))
+    assert len(st.segments) == len(set(nodes))
+    if numa_available():
+        for placed, hist in st.page_nodes():
+            assert set(hist) == {placed}, (placed, hist)
+
+
+def test_set_insert_keeps_the_set_and_its_size():
+    s = StateTable("s", 2, set_capacity=200)
+    st = StateStore(s)
+    from bobox_sched.txn import SET_INSERT
+
+    class Op(TransactionalOperator):
+        def state_access(self, txn, eb):
+            txn.read_modify(s, eb["k"], SET_INSERT, param=eb["v"], into="n")
+
+    vids = np.array([5, 199, 5, 64, 0, 199])
+    rec = record(Op(TxnConfig(st, 1), 0), [Packet({"k": np.zeros(6, np.int64), "v": vids.astype(float),
+                                                   "ts": np.arange(6)})])
+    serial_run(st, rec)
+    assert s.values()[0] == 4
+    assert s.members(0).tolist() == [0, 5, 64, 199]
+
+
+# -- the txn API -----------------------------------------------------------------------
+
+
+def _txn(st, n=3):
+    eb = EventBlotter(Packet({"k": np.arange(n), "ts": np.arange(n)}))
+    return Txn(kernels(), OpBuffer(), st, eb), eb
+
+
+def test_txn_api_checks():
+    a = StateTable("a", 3)
+    st = StateStore(a)
+    txn, eb = _txn(st)
+    with pytest.raises(IndexError):
+        txn.write(a, np.array([0, 1, 3]), 1.0)
+    with pytest.raises(ValueError):
+        txn.write(a, np.array([0, 1]), 1.0)  # one key per event
+    with pytest.raises(ValueError):
+        txn.write(a, eb["k"], 1.0, where=np.array([1, 0, 1]))  # not boolean
+    txn.read(a, eb["k"], into="x")
+    with pytest.raises(ValueError):
+        txn.read(a, eb["k"], into="x")
+    with pytest.raises(TypeError):
+        txn.read_modify(a, eb["k"], GE)
+    other = StateStore(StateTable("zz", 3))
+    with pytest.raises(ValueError):
+        txn.read(other["zz"], eb["k"], into="y")
+    assert txn._buf.n == 3 and txn._buf.ntx == 3  # one READ per row; the failed calls left nothing
+
+
+def test_config_checks():
+    st = StateStore(StateTable("a", 3))
+    for bad in (dict(executors=0), dict(executors=1, interval=0), dict(executors=1, cc="2pl"),
+                dict(executors=1, numa_mode="numa"), dict(executors=1, cc="lock", dual_mode=True),
+                dict(executors=1, cc="pat"), dict(executors=1, spin_us=0)):
+        with pytest.raises(ValueError):
+            TxnConfig(st, **bad)
+    assert TxnConfig(st, 2).dual_mode and not TxnConfig(st, 2, cc="mvlk").dual_mode
+
+
+# -- the progress controller -----------------------------------------------------------
+
+
+@given(T=st.integers(1, 6), I=st.integers(1, 9), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=8),
+       max_rows=st.sampled_from([None, 1, 3]))
+@settings(max_examples=60, deadline=None)
+def test_deal_is_round_robin_batch_by_batch_with_monotone_punctuations(T, I, sizes, max_rows):
+    counts = [0] * T
+    j = 0
+    seen = {t: [] for t in range(T)}
+    puncts = {t: [] for t in range(T)}
+    order = []  # (batch, executor) in dealing order
+    for n in sizes:
+        for t, pos, batch, pts in deal(j, n, counts, T, I, max_rows):
+            assert np.all(pos % T == t)
+            assert np.all(pos // T // I == batch)  # every position of the piece is in `batch`
+            seen[t].extend(pos.tolist())
+            order.append((batch, t))
+            if pts is not None:
+                assert pts == batch_punct_ts(batch, I, T)
+                assert max(seen[t]) < pts
+                puncts[t].append(pts)
+        j += n
+    for t in range(T):
+        assert seen[t] == list(range(t, j, T))
+        assert puncts[t] == sorted(puncts[t]) and len(set(puncts[t])) == len(puncts[t])
+        assert len(puncts[t]) == len(seen[t]) // I
+    # batch by batch: once any executor got a piece of batch b, no executor gets a piece
+    # of a batch below b - 1 (executors' batches differ by at most one at a boundary)
+    top = -1
+    for b, _ in order:
+        assert b >= top - 1
+        top = max(top, b)
+
+
+# -- the oracle kernel against plain Python ----------------------------------------------
+
+
+@given(n=st.integers(1, 60), nkeys=st.sampled_from([1, 2, 5, 40]), seed=st.integers(0, 10_000),
+       constrained=st.booleans(), cycles=st.booleans())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_serial_oracle_kernel_equals_plain_python(n, nkeys, seed, constrained, cycles):
+    st_ = make_store(nkeys, constrained, seed)
+    ev = make_events(n, nkeys, 0.8, seed, cycles=cycles)
+    ev["ts"] = np.random.default_rng(seed).permutation(n).astype(np.int64)  # any ts order
+    op = RandomOp(TxnConfig(st_, 1), 0)
+    rec = record(op, [Packet(ev)])
+    rows_py, res_py, ver_py = reference_run(st_, rec)
+    res, ver, _ = serial_run(st_, rec)
+    assert np.array_equal(st_.dense(), rows_py, equal_nan=True)
+    assert np.array_equal(ver[:rec.buf.ntx], ver_py[:rec.buf.ntx])
+    assert np.array_equal(res[:rec.buf.nslots], res_py[:rec.buf.nslots], equal_nan=True)
+
+
+def test_funs_with_sources_read_the_pre_transaction_value():
+    """READ_MODIFY sources other than the target are read as of transaction start, even
+    when the transaction wrote them earlier (spec 1.6)."""
+    from bobox_sched.txn import ADD_SRC
+
+    a = StateTable("a", 2, init=[10.0, 1.0])
+    st = StateStore(a)
+
+    class Op(TransactionalOperator):
+        def state_access(self, txn, eb):
+            txn.write(a, np.zeros(eb.n, np.int64), 100.0)  # a[0] <- 100 ...
+            txn.read_modify(a, np.ones(eb.n, np.int64), ADD_SRC, src=(a, np.zeros(eb.n, np.int64)))  # a[1] += a[0]
+            txn.read_modify(a, np.zeros(eb.n, np.int64), INC, param=1.0, into="a0")  # own write seen: 101
+
+    rec = record(Op(TxnConfig(st, 1), 0), [Packet({"ts": np.array([0])})])
+    res, verdict, _ = serial_run(st, rec)
+    assert a.values().tolist() == [101.0, 11.0]  # a[1] = 1 + 10 (pre-transaction a[0])
+    assert res[0] == 101.0
