@@ -24,7 +24,8 @@ def hwloc_trees(tmp_path_factory):
     for name in fixture_names():
         with tarfile.open(FIXTURES / f"{name}.tar.bz2") as tf:
             tops = {m.name.split("/")[0] for m in tf.getmembers()}
-            tf.extractall(out, filter="tar")
+            # tarfile's extraction filters came in 3.11.4; Debian 12's python3 is 3.11.2
+            tf.extractall(out, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
         (top,) = tops  # one folder per archive (its name may differ from the file's)
         roots[name] = out / top
     return roots
