@@ -72,6 +72,9 @@ class Scheduler:
         placement experiment; same as local on a one-node machine).
     locality_sample : int
         Check every N-th consumed packet's page placement with ``move_pages`` (0: off).
+    task_stats : bool
+        Time every task and count it per locality step (``busy_s``, ``tasks_by_step``,
+        the serial fraction). False: the worker loop reads no clock per task.
     **policy_options
         Options of the policy, checked by it before anything starts (``ordered``:
         ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
@@ -90,6 +93,7 @@ class Scheduler:
         pin: bool = True,
         memory: str = "local",
         locality_sample: int = 0,
+        task_stats: bool = True,
         **policy_options,
     ):
         # Bounds: bobox_sched/limits.py (the CLI applies the same ones).
@@ -100,6 +104,7 @@ class Scheduler:
         if balance_interval is not None and balance_interval != 0:
             balance_interval = check_real("balance_interval", balance_interval, limits.MAX_BALANCE_INTERVAL)
         buffer_packets = check_count("buffer_packets", buffer_packets, limits.MAX_BUFFER_PACKETS)
+        self.task_stats = bool(task_stats)
         if memory not in ("local", "remote"):
             raise BoboxError(f"memory must be 'local' or 'remote', got {memory!r}")
         locality_sample = check_count("locality_sample", locality_sample or 0, 2**31, minimum=0)

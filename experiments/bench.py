@@ -133,27 +133,35 @@ def bench_overhead(packets: int = 2000, length: int = 8, requests: int = 8, repe
     """Microseconds per task of the scheduler and of ThreadPoolExecutor on the same tiny
     tasks, same worker count, interleaved runs; the median of `repeat` runs each."""
     plan = chain_plan(packets, length)
-    b_runs, t_runs = [], []
-    with Scheduler(policy=policy, threads_per_node=threads_per_node) as sched:
+    b_runs, l_runs, t_runs = [], [], []
+    # The same plan on a scheduler with task_stats=False (no clock read or step counter
+    # per task), interleaved with the others: what the statistics cost per task.
+    with Scheduler(policy=policy, threads_per_node=threads_per_node) as sched, \
+            Scheduler(policy=policy, threads_per_node=threads_per_node, task_stats=False) as lean:
         workers = len(sched.workers)
         with ThreadPoolExecutor(workers) as ex:
             _bobox_chain(sched, plan, 2, packets)  # warm-up (imports, pools)
+            _bobox_chain(lean, plan, 2, packets)
             _threadpool_chain(ex, 2, packets // 4, length)
             for i in range(repeat):
                 t, n = _bobox_chain(sched, plan, requests, packets)
                 b_runs.append(t / n * 1e6)
+                t, n = _bobox_chain(lean, plan, requests, packets)
+                l_runs.append(t / n * 1e6)
                 t, n = _threadpool_chain(ex, requests, packets, length)
                 t_runs.append(t / n * 1e6)
-                _log(f"[overhead] run {i + 1}/{repeat}: {policy} {b_runs[-1]:.2f} us/task, "
-                     f"ThreadPoolExecutor {t_runs[-1]:.2f} us/task")
-    b, t = statistics.median(b_runs), statistics.median(t_runs)
+                _log(f"[overhead] run {i + 1}/{repeat}: {policy} {b_runs[-1]:.2f} us/task "
+                     f"({l_runs[-1]:.2f} without task statistics), ThreadPoolExecutor {t_runs[-1]:.2f} us/task")
+    b, lo, t = statistics.median(b_runs), statistics.median(l_runs), statistics.median(t_runs)
     return {
         "policy": policy,
         "workers": workers,
         "tasks_per_run": n,
         "bobox_us_per_task": round(b, 3),
+        "bobox_no_stats_us_per_task": round(lo, 3),
         "threadpool_us_per_task": round(t, 3),
         "ratio": round(t / b, 2),
+        "ratio_no_stats": round(t / lo, 2),
     }
 
 

@@ -59,9 +59,10 @@ def run(args) -> int:
 
     if args.bench == "overhead":
         r = bench_overhead(args.packets, args.length, args.requests, args.repeat, args.policy)
-        print(f"{r['policy']}: {r['bobox_us_per_task']:.2f} us/task; ThreadPoolExecutor: "
-              f"{r['threadpool_us_per_task']:.2f} us/task; ratio {r['ratio']:.2f}x "
-              f"({r['workers']} workers, {r['tasks_per_run']} tasks per run)")
+        print(f"{r['policy']}: {r['bobox_us_per_task']:.2f} us/task ({r['bobox_no_stats_us_per_task']:.2f} with "
+              f"task_stats=False); ThreadPoolExecutor: {r['threadpool_us_per_task']:.2f} us/task; ratio "
+              f"{r['ratio']:.2f}x ({r['ratio_no_stats']:.2f}x without task statistics; {r['workers']} workers, "
+              f"{r['tasks_per_run']} tasks per run)")
     elif args.bench == "speedup":
         r = bench_speedup(args.packets, args.rounds, args.requests, args.repeat, args.policy, args.packet_bytes)
         print(f"{r['policy']}: 1 worker {r['t1_s']} s, {r['workers']} workers {r['tall_s']} s: speedup "

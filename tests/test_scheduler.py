@@ -384,3 +384,19 @@ def test_failed_operator_is_the_one_that_raised_first(sched):
     with pytest.raises(KeyError):
         h.result(30)
     assert h.failed_operator == "m0" and h.stats["failed_operator"] == "m0"
+
+
+@pytest.mark.parametrize("policy", ["bobox", "simple"])
+def test_task_stats_off_runs_the_same_and_reads_no_clock(policy):
+    """Scheduler(task_stats=False): the same results and failures; the workers' own
+    counters go on, but no time and no per-request locality step is recorded per task."""
+    plan = chain_plan(5000, 77, mid=(Double, Double))
+    with Scheduler(policy=policy, threads_per_node=2, pin=False, task_stats=False) as s:
+        handles = [s.submit(plan) for _ in range(8)]
+        assert [h.result(60) for h in handles] == [4 * sum(range(5000))] * 8
+        with pytest.raises(KeyError, match="boom at packet 3"):
+            s.submit(chain_plan(100_000, 100, mid=(Boom,), name="bad")).result(30)
+        st = s.stats()
+        assert st["tasks"] > 8 * 65
+        assert st["busy_s"] == 0
+        assert handles[0].stats["tasks"] == 0  # no per-request step counter
