@@ -414,3 +414,15 @@ def test_pools_follow_numa_mode_and_run_on_their_node(mode, pools):
     if mode != "shared-everything":
         assert summary["placement_locality"] == 1.0  # every pool task ran on its pool's node
     assert summary["page_locality"] == 1.0 or not topology.memory.numa_available()
+
+
+@pytest.mark.parametrize("policy", ["streams", "ordered"])
+def test_policies_without_runtime_tasks_refuse_transactional_state(policy):
+    """streams and ordered run only the plan's own ports or stages: a TStream request
+    fails at once with a clear error instead of waiting for rounds nobody runs."""
+    store = make_store(40, False, 1)
+    ev = make_events(60, 40, 0.6, 1)
+    cfg = TxnConfig(store, 1, interval=7)
+    # (ordered refuses the plan already: its operators are not per-unit StreamOperators)
+    with pytest.raises(ValueError, match=f"policy '{policy}' runs only the plan's ports|must be a StreamOperator"):
+        run_scheduled(store, ev, cfg, policy=policy, timeout=60)

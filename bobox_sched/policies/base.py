@@ -47,6 +47,10 @@ class Policy:
     # at the far end of output `out_index` of `src`; False leaves it in `src`'s outbox
     # and `src` must then be scheduled again when there is room. None: ``task._deliver``.
     deliver = None
+    # Whether push_on/push_deferred run tasks of operators that are not the plan's (with
+    # no ports: TStream's state-access rounds). A policy that runs only its plan's ports
+    # (streams) sets False, and such users refuse it up front instead of hanging.
+    runtime_tasks = True
 
     def __init__(self, scheduler, threads_per_node: int | None):
         self.scheduler = scheduler

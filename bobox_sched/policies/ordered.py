@@ -216,6 +216,7 @@ def chain_order(ops: dict, edges: list) -> list:
 class OrderedPolicy(Policy):
     name = "ordered"
     options = tuple(OPTIONS)
+    runtime_tasks = False  # workers run the chain's stages only (base.Policy)
 
     def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, **options):
         super().__init__(scheduler, threads_per_node)

@@ -87,6 +87,7 @@ class StreamsBase(Policy):
 
     name = "streams"
     model = "?"
+    runtime_tasks = False  # every thread executes the plan's ports or a source (base.Policy)
 
     # -- options -------------------------------------------------------------------------
     @classmethod

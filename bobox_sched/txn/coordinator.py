@@ -103,6 +103,9 @@ class Group:
     """The coordinator of one transactional operator's instances (module doc)."""
 
     def __init__(self, cfg, request, scheduler):
+        if not request.policy.runtime_tasks:
+            raise ValueError(f"transactional state needs a policy that runs state-access tasks (bobox or simple); "
+                             f"policy {request.policy.name!r} runs only the plan's ports")
         self.cfg = cfg
         self.request = request
         self.scheduler = scheduler
