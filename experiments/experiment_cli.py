@@ -22,8 +22,14 @@ ONLY = {
     "workers": ("ordered",), "rows": ("ordered",), "figures": ("ordered",), "emulate": ("ordered",),
     "ops": ("streams",), "events": ("tstream",),
 }
-TPCH_OPTIONS = ("data", "sf", "threads_per_node", "virtual_nodes")
-NO_TPCH = ("streams", "ordered", "tstream")  # experiments on generated streams: no TPC-H data
+# Options an experiment does not read (it generates its own streams, or sizes its own
+# thread counts): refused instead of silently ignored.
+NOT_READ = {
+    "streams": ("data", "sf", "threads_per_node", "virtual_nodes", "repeat"),
+    "ordered": ("data", "sf", "threads_per_node", "virtual_nodes"),
+    "tstream": ("data", "sf"),
+    "policies": ("data", "sf", "threads_per_node", "virtual_nodes"),
+}
 
 
 def add_arguments(p) -> None:
@@ -68,10 +74,9 @@ def _check_applicable(args) -> None:
     for k, names in ONLY.items():
         if getattr(args, k, None) not in (None, False) and args.name not in names:
             raise BoboxError(f"--{k} applies to 'bobox experiment {' / '.join(names)}' only")
-    if args.name in NO_TPCH:
-        for k in TPCH_OPTIONS:
-            if getattr(args, k, None) is not None:
-                raise BoboxError(f"--{k.replace('_', '-')} does not apply to the {args.name} experiment")
+    for k in NOT_READ.get(args.name, ()):
+        if getattr(args, k, None) is not None:
+            raise BoboxError(f"--{k.replace('_', '-')} does not apply to the {args.name} experiment")
 
 
 def _check_ordered_args(args) -> None:

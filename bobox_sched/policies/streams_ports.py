@@ -105,6 +105,24 @@ class SPSCEnforcer:
         return len(self.queue)
 
 
+class _RetiredOperator:
+    """What a retired port's ``op`` becomes: a finished operator with no ports. Threads
+    that still hold the port (popped from the free list before it was retired, or a
+    sender's reSchedule) read ``op._bx_finished`` first and drop what they carry; the
+    real operator, and through it its state and its packets, is released with the
+    request (a port of the LRU free list is dropped only when popped: until then it must
+    not pin the operator)."""
+
+    _bx_finished = True
+    _bx_finishing = True
+    name = "(retired)"
+    inputs = ()
+    _bx_inidx: dict = {}
+
+
+RETIRED_OP = _RetiredOperator()
+
+
 class PortRecord:
     """One input port of one operator of one request: what a tuple's ``port()`` names.
 
@@ -129,7 +147,8 @@ class PortRecord:
 
     @property
     def name(self) -> str:
-        return f"{self.op.name}.{self.op.inputs[self.index]}"
+        op = self.op
+        return f"{op.name}.{op.inputs[self.index]}" if op is not RETIRED_OP else f"(retired).{self.index}"
 
     def __repr__(self) -> str:
         return f"<Port {self.pid} {self.name}{' retired' if self.retired else ''}>"
@@ -166,6 +185,7 @@ class PortTable:
                 self.ports.pop(r.pid, None)
                 dropped += sum(1 for t in list(r.q.queue) if t is not RERUN)
                 r.q.queue.clear()
+                r.op = RETIRED_OP  # see _RetiredOperator
         return dropped
 
     def __len__(self) -> int:

@@ -176,10 +176,11 @@ class StreamsBase(Policy):
         ports = getattr(request, "streams_ports", None)
         if ports is None:
             return
+        ops = {p.op for p in ports} | set(request.sources)
         request.streams_dropped = self.table.retire(ports)
         for port in ports:
             self.port_retired(port)
-        for op in {p.op for p in ports} | set(request.sources):
+        for op in ops:
             wake = getattr(op, "_bx_st_wake", None)
             if wake is not None:
                 wake.set()  # a waiting source sees its request ended
