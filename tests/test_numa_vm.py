@@ -146,6 +146,9 @@ def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
         assert info["nodes"] == [node], (c, info)
         assert set(info["state_pages"]) == {str(node)}, (c, info)
     assert {n for info in r["channels"].values() for n in info["nodes"]} == {0, 1}
+
+
+@pytest.fixture(scope="module")
 def guest_txn():
     """2 nodes x 2 CPUs running TStream. The chain kernels are compiled on the host for a
     generic CPU first (NUMBA_CPU_NAME=generic: the same cache key in the emulated guest),

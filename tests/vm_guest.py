@@ -227,6 +227,9 @@ def regions_numa():
         nodes = [nd.os_index for nd in s.topology.cpu_nodes]
     return {"identical": want == got, "rows": got["rows"], "nodes": nodes,
             "channels": {str(k): v for k, v in report.items() if k != "sequential"}}
+
+
+@check
 def tstream_numa():
     """TStream on real NUMA nodes (GS, every numa_mode): the nodes of the state's pages as
     the kernel reports them (move_pages), where the pool tasks ran, and every run
