@@ -46,6 +46,10 @@ def add_arguments(p) -> None:
     qs.add_argument("--cpu-time", action="store_true",
                     help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
                     "kernel call: a few microseconds each)")
+    pk = sub.add_parser("packets", help="packet allocate + free, microseconds (1 and 3 columns, 1 and 2 accounts)")
+    pk.add_argument("--count", type=count(10_000_000), default=200_000, help="packets per run (default 200000)")
+    pk.add_argument("--repeat", type=repeat, default=7)
+    pk.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=real(L.MAX_SECONDS), default=3.0,
                       help=f"seconds to measure (default 3, at most {L.MAX_SECONDS:g})")
@@ -55,7 +59,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .bench import bench_idle, bench_locality, bench_overhead, bench_queries, bench_speedup
+    from .bench import bench_idle, bench_locality, bench_overhead, bench_packets, bench_queries, bench_speedup
 
     if args.bench == "overhead":
         r = bench_overhead(args.packets, args.length, args.requests, args.repeat, args.policy)
@@ -104,6 +108,11 @@ def run(args) -> int:
         print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
               f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}; CPU time: DuckDB {r['duckdb_mix_cpu_s']} s, "
               f"bobox workers {r['mix_tall_cpu_s']} s")
+    elif args.bench == "packets":
+        r = bench_packets(args.count, args.repeat)
+        print(f"packet allocate + free ({r['rows']} rows): "
+              f"1 column {r['1col_1acct_us']:.2f} us ({r['1col_2acct_us']:.2f} with 2 accounts), "
+              f"3 columns {r['3col_1acct_us']:.2f} us ({r['3col_2acct_us']:.2f} with 2 accounts)")
     elif args.bench == "idle":
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "

@@ -638,3 +638,15 @@ def test_scheduler_warns_when_threads_exceed_cpus():
         s = Scheduler(threads_per_node=cpus + 1, pin=False)
     s.shutdown()
     assert limits.MAX_THREADS_PER_NODE >= cpus
+
+
+def test_bench_packets_runs_and_refuses_bad_counts():
+    import json as _json
+
+    r = bobox("bench", "packets", "--count", "2000", "--repeat", "1", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = _json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(out) >= {"1col_1acct_us", "1col_2acct_us", "3col_1acct_us", "3col_2acct_us"}
+    assert all(out[k] > 0 for k in out if k.endswith("_us"))
+    refused(bobox("bench", "packets", "--count", "0"), "--count must be positive")
+    refused(bobox("bench", "packets", "--count", "1e9"), "--count")
