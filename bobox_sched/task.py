@@ -121,12 +121,33 @@ from .stream.punct import RUNTIME_ONLY, Marker, Punctuation
 STALL_RUNS = 100_000
 
 
+def claim(op) -> bool:
+    """Trigger `op` (any thread, after publishing what its run must see) and try to take
+    its token. True: the caller now holds it and must hand the task to a policy (the
+    module doc's protocol). False: a pending or running task will run it again."""
+    op._bx_again = True
+    if op._bx_tok.acquire(False):
+        op._bx_again = False  # the task the caller pushes sees what was published before
+        return True
+    return False
+
+
+def release(op) -> bool:
+    """The end of a run that found nothing to do: release `op`'s token, then look at
+    ``_bx_again`` again (a trigger that found the token taken relies on this second
+    look). True: a trigger raced in and the caller holds the token again."""
+    op._bx_tok.release()
+    # fence (module doc)
+    if op._bx_again and op._bx_tok.acquire(False):
+        op._bx_again = False
+        return True
+    return False
+
+
 def schedule(op, worker, immediate: bool) -> None:
     """Ask for `op` to run (any thread). Creates a task only if the operator had none
     and is not running; otherwise the running or pending task runs it again."""
-    op._bx_again = True
-    if op._bx_tok.acquire(False):
-        op._bx_again = False  # the task we push will see what was published before
+    if claim(op):
         _push(op, worker, immediate)
 
 

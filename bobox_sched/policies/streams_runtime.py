@@ -53,6 +53,7 @@ import threading
 
 from ..errors import BoboxError, OperatorStalled
 from ..operator import EOS
+from ..task import release
 from .base import Policy
 from .streams_ports import RERUN, PortRecord, PortTable
 from .streams_threads import OpThread, ensure_recursion
@@ -269,10 +270,8 @@ class StreamsBase(Policy):
                 wake.clear()
                 if resched:  # reschedule(delay): the timer hands the token back
                     self.push_later(req, op, resched)
-                else:
-                    op._bx_tok.release()
-                    if op._bx_again and op._bx_tok.acquire(False):
-                        continue
+                elif release(op):
+                    continue  # a trigger raced in: run again, holding the token
                 wake.wait()
         finally:
             ctx.op = None

@@ -64,6 +64,7 @@ from collections import deque
 
 from ..errors import OperatorError
 from ..operator import EOS, Context
+from ..task import release
 from ..packet import Packet
 from . import model as _model
 from .atomics import Credits, serials
@@ -473,12 +474,7 @@ class Stage:
             else:
                 # Nothing to do: release, then look again (a schedule() that found the
                 # token taken relies on this second look).
-                self.wants = False
-                op._bx_tok.release()
-                # fence (task.py's module doc)
-                if op._bx_again and op._bx_tok.acquire(False):
-                    op._bx_again = False
-                    self.wants = True
+                self.wants = release(op)
             if resched and resched is not True and not ctx._closed:
                 self.req.policy.push_later(self.req, op, resched)
             n += 1

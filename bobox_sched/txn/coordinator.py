@@ -57,7 +57,7 @@ import time
 import numpy as np
 
 from ..operator import Operator
-from ..task import schedule
+from ..task import claim, schedule
 from .funs import kernels
 from .placement import make_placement, place_store
 
@@ -285,9 +285,7 @@ class Group:
             # task.py's token protocol: take the token and push to the target; a task
             # still in run_task's epilogue of an earlier round holds it, and sees
             # _bx_again there and runs again (as task.schedule does).
-            task._bx_again = True
-            if task._bx_tok.acquire(False):
-                task._bx_again = False
+            if claim(task):
                 policy.push_on(self.request, task, node=target.node, worker=target.worker)
 
     def _run_task(self, task, worker) -> None:
