@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from bobox_sched.stream.fission_kernels import gather as take_rows  # out[j] = src[parents[j]]
+
+from ..kernels import _agg_apply as _fold  # sum / min / max / count into acc[r, g] (AGG_* codes)
 from ..kernels import _hash_row, _mix, _rows_equal
 
 # ------------------------------------------------------------------------------------
@@ -34,13 +37,6 @@ def mask_index(mask):
             out[m] = i
             m += 1
     return out
-
-
-@njit(nogil=True, cache=True)
-def take_rows(src, parents, out):
-    """``out[j] = src[parents[j]]`` (a hidden column follows its rows)."""
-    for j in range(parents.shape[0]):
-        out[j] = src[parents[j]]
 
 
 @njit(nogil=True, cache=True)
@@ -172,20 +168,6 @@ def split_closed(wstart, ngroups, limit):
 
 # ------------------------------------------------------------------------------------
 # sessions
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _fold(op, acc, r, g, v):
-    if op == 0:
-        acc[r, g] += v
-    elif op == 1:
-        if v < acc[r, g]:
-            acc[r, g] = v
-    elif op == 2:
-        if v > acc[r, g]:
-            acc[r, g] = v
-    else:
-        acc[r, g] += 1
 
 
 @njit(nogil=True, cache=True, inline="always")
