@@ -15,6 +15,7 @@ One SparkSession and one data set serve the whole module (~1-2 min on 2 cores).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -412,8 +413,11 @@ def master_state(webui: int) -> dict:
         raise OSError(f"master web UI answered with no JSON yet: {body[:60]!r}") from None
 
 
-def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
-    """Master + 2 workers (1 core each) on 127.0.0.1: the two-stage job, then a retry."""
+@contextlib.contextmanager
+def loopback_cluster(tmp_path):
+    """A standalone Spark cluster on 127.0.0.1 -- a master and 2 workers of 1 core each --
+    and a session on it once both executors registered; everything stopped on exit (the
+    processes' groups killed if they linger). Logs in `tmp_path`."""
     import pyspark
 
     env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1")
@@ -450,17 +454,7 @@ def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
         while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # the driver and 2 executors
             assert time.monotonic() < deadline, "executors did not register"
             time.sleep(0.2)
-        assert SP._slots(spark) == 2
-
-        run = SP.spark_run_detailed(QUERIES, sdata, spark=spark)
-        assert not run.fused  # two slots: partial tasks, shuffle by query, 2 combine tasks
-        check_all(run.tables, answers)
-        executors = {h for _, h in run.attempts.values()}
-        assert executors and all(not h.endswith(f":{os.getpid()}") for h in executors)
-
-        run = SP.spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
-        check_all(run.tables, answers, ["q3", "q10"])
-        assert run.attempts[("q10", 2)][0] == 1 and run.attempts[("q10", 0)][0] == 0
+        yield spark
     finally:
         if spark is not None:
             spark.stop()
@@ -475,3 +469,19 @@ def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
+
+
+def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
+    """Master + 2 workers (1 core each) on 127.0.0.1: the two-stage job, then a retry."""
+    with loopback_cluster(tmp_path) as spark:
+        assert SP._slots(spark) == 2
+
+        run = SP.spark_run_detailed(QUERIES, sdata, spark=spark)
+        assert not run.fused  # two slots: partial tasks, shuffle by query, 2 combine tasks
+        check_all(run.tables, answers)
+        executors = {h for _, h in run.attempts.values()}
+        assert executors and all(not h.endswith(f":{os.getpid()}") for h in executors)
+
+        run = SP.spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
+        check_all(run.tables, answers, ["q3", "q10"])
+        assert run.attempts[("q10", 2)][0] == 1 and run.attempts[("q10", 0)][0] == 0

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,51 +85,9 @@ def test_override_and_errors(sched, wanted):
 def test_standalone_cluster_on_loopback(sched, wanted, tmp_path):
     """Master + 2 workers (1 core each) on 127.0.0.1: channels run in the executors'
     processes, 2 at a time; the driver's merger restores the order."""
-    import pyspark
-    from test_spark import free_port, master_state, spark_class, start
+    from test_spark import loopback_cluster
 
-    env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1")
-    port, webui = free_port(), free_port()
-    procs = []
-    spark = None
-    try:
-        procs.append(start([spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                            "--port", port, "--webui-port", webui], tmp_path / "master.log", env))
-        url = f"spark://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                master_state(webui)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "master.log").read_text()[-2000:]
-                time.sleep(0.5)
-        for i in range(2):
-            procs.append(start([spark_class(), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                                "--cores", 1, "--memory", "1g", "--webui-port", 0, "--work-dir", tmp_path / f"w{i}"],
-                               tmp_path / f"worker{i}.log", env))
-        while master_state(webui).get("aliveworkers", 0) < 2:
-            assert time.monotonic() < deadline, (tmp_path / "worker0.log").read_text()[-2000:]
-            time.sleep(0.5)
-        spark = SP.spark_session(url, executor_cores=1, conf={"spark.executor.memory": "512m"})
-        sc = spark.sparkContext
-        while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:
-            assert time.monotonic() < deadline, "executors did not register"
-            time.sleep(0.2)
+    with loopback_cluster(tmp_path) as spark:
         hosts = check(spark, sched, wanted, degrees=(2, 3))
         assert hosts and all(not h.endswith(f":{os.getpid()}") for h in hosts)
         assert len(hosts) == 2  # both executors ran channels
-    finally:
-        if spark is not None:
-            spark.stop()
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
