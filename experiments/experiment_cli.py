@@ -19,8 +19,8 @@ MAX_EVENTS = 1_000_000_000  # events per run of the tstream experiment (same bou
 # The options that only some experiments read (the rest apply to every one, or to the
 # TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
 ONLY = {
-    "workers": ("ordered",), "rows": ("ordered",), "figures": ("ordered",), "emulate": ("ordered",),
-    "ops": ("streams",), "events": ("tstream",),
+    "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
+    "emulate": ("ordered",), "ops": ("streams",), "events": ("tstream",),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.
@@ -52,9 +52,11 @@ def add_arguments(p) -> None:
                    help="balancer on a one-node machine: split its CPUs into K virtual nodes (default 2 there; at "
                    "most one per CPU)")
     p.add_argument("--workers", metavar="LIST", default=None,
-                   help="ordered: worker counts, e.g. 1,2,4 (default 1,2,4,8,12,16 up to the CPUs)")
+                   help="ordered: worker counts, e.g. 1,2,4 (default 1,2,4,8,12,16 up to the CPUs); policies: one "
+                   "worker count for every policy (default: one per CPU)")
     p.add_argument("--rows", type=count(MAX_ROWS), default=None, metavar="N",
-                   help="ordered: input rows per query (default 1000000, 150000 with --quick)")
+                   help="ordered: input rows per query (default 1000000, 150000 with --quick); policies: rows per "
+                   "run (default 2000000, 300000 with --quick)")
     p.add_argument("--figures", metavar="LIST", default=None,
                    help="ordered: which figures, e.g. 8,9 (default all of 8-14)")
     p.add_argument("--emulate", action="store_true",
@@ -112,6 +114,10 @@ def run(args) -> int:
         raise BoboxError(f"--virtual-nodes {args.virtual_nodes}: this machine has only {cpus} CPUs to split")
     if args.name == "ordered":
         _check_ordered_args(args)
+    elif args.name == "policies":
+        from .policies import check_args
+
+        check_args(args)
     check_output_dir(args.out, "--out")  # before any measurement
     if args.data is not None and args.sf is None:
         from .workload import check_data, ensure_data

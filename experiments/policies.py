@@ -1,218 +1,575 @@
 """``bobox experiment policies``: every scheduling policy side by side on one stream
-workload (design §8: "users compare all the policies side by side on one workload").
+workload (the same plan, the same worker count, one run of the command).
 
-The workload is one linear chain every policy can run: ``EventSource`` (seeded events,
-Zipf-skewed keys, a latency marker every few packets) -> ``Filter`` (value > 0, about half
-the rows) -> ``Map`` (a few arithmetic columns per row, one generated nogil kernel per
-packet) -> a sink that keeps the rows it receives, in order. The configurations:
+The workload is one linear chain every policy can run::
 
-* ``bobox``, ``simple``: the Bobox scheduler and its paper's baseline;
-* ``bobox+regions``: bobox with safe data parallelism (seed 001): the Filter -> Map
-  region run as one channel per worker, with its ordered merger;
-* ``ordered-ct``, ``ordered-lp``: Prasaad et al.'s central allotment (seed 000);
-* ``streams``, ``streams-elastic``, ``streams-manual``: IBM Streams' dynamic threading at
-  a fixed level, elastic, and the manual model (seed 004).
+    EventSource (seeded, Zipf keys, a latency marker every 2nd packet)
+      -> Filter (value < 80: ~80 % of the rows)
+      -> Map (a nogil numba kernel: ITERS iterations of ordered_micro's 4x4 rotation per row)
+      -> WindowAggregate (count and sum per key, tumbling windows of event time)
+      -> DigestSink (the output's digest)
 
-TStream (seed 002) is a scheme for shared state, not a thread scheduler: it is measured
-by ``bobox experiment tstream``, under bobox and simple.
+Configurations (rows of the comparison), all with the same number of workers (default:
+the CPUs this process may use; ``--workers N``):
 
-Every configuration runs the same rows with the same worker count; the configurations
-are interleaved within each repeat (a change of machine load hits them all), and each
-output is compared with the reference (bobox, one request alone): rows equal, in order.
-Reported per configuration: throughput (rows/s, submit to end), rows per CPU-second of
-the process, latency p50/p99 of the markers, and the ratio of its throughput to bobox's.
+* ``bobox``, ``simple``: the two Bobox policies (``policies/bobox.py``, ``simple.py``);
+* ``bobox+regions``: ``bobox`` with ``submit(plan, parallelism=workers)``: the plan's
+  parallel region (``filter -> map``, see ``plan.explain_regions()``) as that many
+  channels (``bobox_sched/stream/fission.py``);
+* ``ordered-ct``/``-lp``/``-et``/``-qst``: Prasaad et al.'s ordered execution under each
+  heuristic (``policies/ordered.py``). Filter and Map declare ``max_parallelism =
+  workers`` (the stateless operators' declaration that policy reads; the other policies
+  ignore it), so ordered may run them on every worker at once;
+* ``streams-dynamic`` (``threads = workers``), ``streams-elastic`` (the level between
+  ``min_level`` and ``workers``, found by the controller) and ``streams-manual`` (the
+  source's thread runs the graph: one thread by design): IBM Streams' threading
+  (``policies/streams.py``).
+
+TStream (``bobox_sched/txn``) is a scheme for transactional access to shared state, not
+a thread scheduler: it has nothing to run this chain with, and is left out.
+
+Measuring: one warm-up run per configuration (kernels loaded, pools filled; a
+configuration that fails here is excluded, with its error in the report), then
+``--repeat`` rounds, each running every configuration once in turn (round-robin), so a
+change of machine load hits all of them. Every run gets a fresh scheduler (not timed):
+its throughput is the source's rows over the request's elapsed time (submit to end),
+its efficiency the rows per CPU-second of the process (user + system, all threads,
+``getrusage``) over the same span, its latency the p50/p99 of the markers
+(``handle.stats["latency"]``: queueing and processing delay along the path, not the
+time a row waits for its window). Ratios to ``bobox`` are taken within a round, then
+the median over rounds. Every run's output digest is compared with the reference: the
+plan under ``bobox`` on one worker (one request, sequential). Recorded with them: the
+load average, and before and after the runs what two plain threads running a nogil
+kernel get over one (``regions.ceiling``): on a shared machine, the most a second worker
+could give any policy.
+
+The output of a window is a multiset (``WindowAggregate.emit_order = "unordered"``): the
+digest sorts each window's rows by key before hashing, and includes the sequence of
+window punctuations, so two runs are equal exactly when they emit the same windows in the
+same order with the same rows (floating-point sums bit for bit).
+
+Writes ``DIR/policies.csv`` (long format, as ``experiments/locality.py``),
+``DIR/policies.png`` and the ``policies`` section of ``DIR/report.md``.
 """
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import os
 import shlex
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
-CONFIGS = ("bobox", "simple", "bobox+regions", "ordered-ct", "ordered-lp", "streams", "streams-elastic",
-           "streams-manual")
+from bobox_sched import Plan, StreamOperator
+from bobox_sched.errors import BoboxError
+from bobox_sched.stream import model as M
+from bobox_sched.stream.punct import Window
+from operators.stream.ordered_micro import _iterate
+
+from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
+
+NAME = "policies"
+
+# Per-row work of the Map: ITERS iterations of ordered_micro's rotation (16 dependent
+# multiply-adds each), ~3.5 ns per iteration measured here (``ns_per_iteration()``), so
+# ~0.45 us per row and ~1.8 ms per 4096-row packet: the kernel, not the runtime's Python
+# per packet and operator (tens of us, ``python -m operators.stream.bench``), dominates,
+# and the policies are compared on how they spread work over the workers.
+ITERS = 128
+ROWS_PER_PACKET = 4096  # fixed: every policy sees the same packets (simple's own size is 64 KiB)
+N_KEYS = 1000
+SKEW = 1.0  # Zipf's law: key 0 the most frequent
+MEAN_GAP = 10.0  # event-time ticks between rows (EventSource's default)
+WINDOW_TICKS = 100_000  # ~10,000 rows per tumbling window: ~2.4 packets
+MARKER_EVERY = 2  # a latency marker after every 2nd packet
+THRESHOLD = 80.0  # Filter keeps value < 80 of values uniform in [0, 100)
+SEED = 2024
+# Elastic control period. The paper's 10 s suits runs of minutes; a run here lasts about
+# a second, so 0.1 s (the value tests/test_streams_experiment.py uses) gives the
+# controller several periods to move within one run.
+ELASTIC_PERIOD_S = 0.1
+ROWS_DEFAULT = 2_000_000  # ~1 s per run on one worker (4.5e-7 s x 0.8 x rows + the rest)
+ROWS_QUICK = 300_000
+HEURISTICS = ("ct", "lp", "et", "qst")
 
 
-def _scheduler_kwargs(config: str, workers: int) -> tuple[dict, int | None]:
-    """(Scheduler keyword arguments, parallelism) of a configuration."""
-    base = {"pin": False, "threads_per_node": workers}
-    if config in ("bobox", "simple"):
-        return {**base, "policy": config}, None
-    if config == "bobox+regions":
-        return {**base, "policy": "bobox"}, workers
-    if config.startswith("ordered-"):
-        return {**base, "policy": "ordered", "heuristic": config.split("-")[1]}, None
-    if config == "streams":
-        return {**base, "policy": "streams", "threads": workers}, None
-    if config == "streams-elastic":
-        return {**base, "policy": "streams", "elastic": True}, None
-    if config == "streams-manual":
-        return {**base, "policy": "streams", "model": "manual"}, None
-    raise ValueError(config)
+@njit(nogil=True, cache=True)
+def work(value, out):
+    """The Map's per-row computation: ITERS rotations seeded by the value."""
+    for i in range(value.shape[0]):
+        out[i] = _iterate(value[i] * 0.01, ITERS)
 
 
-def make_plan(rows: int, rows_per_packet: int, seed: int = 7):
-    from bobox_sched import Plan, StreamOperator
-    from bobox_sched.stream import model as M
+class DigestSink(StreamOperator):
+    """Egress: keeps the window rows (copies: packets go back to their pools) and the
+    ``Window`` punctuations in order; at the end, ``{"rows", "windows", "digest"}``: a
+    SHA-256 over the punctuations and every column with each window's rows sorted by
+    (window start, key) (a window's rows are a multiset, module doc).
+
+    Its lists need no lock: under every policy one thread at a time runs an operator
+    (the task token; ordered runs the egress on one worker; streams' port lock), and
+    ``on_end`` comes after the last ``on_packet``/``on_punct``."""
+
+    outputs = ()
+    punct_in = M.EXPECTING  # the Window punctuations come to on_punct
+
+    def __init__(self):
+        self.parts: list = []
+        self.wids: list = []
+        self.rows = 0
+
+    def on_packet(self, ctx, port, pkt):
+        self.rows += pkt.nrows
+        self.parts.append({c: np.array(pkt[c]) for c in pkt.names})
+
+    def on_punct(self, ctx, port, p):
+        if isinstance(p, Window):
+            self.wids.append(-1 if p.wid is None else int(p.wid))
+
+    def on_end(self, ctx):
+        h = hashlib.sha256()
+        h.update(np.asarray(self.wids, np.int64).tobytes())
+        if self.parts:
+            names = sorted(self.parts[0])
+            cols = {c: np.concatenate([p[c] for p in self.parts]) for c in names}
+            order = np.lexsort((cols["key"], cols["window_start"]))
+            for c in names:
+                h.update(c.encode())
+                h.update(np.ascontiguousarray(cols[c][order]).view(np.uint8))
+        ctx.set_result({"rows": self.rows, "windows": len(self.wids), "digest": h.hexdigest()})
+
+
+def _declared(cls, parallelism: int, *args, **kw):
+    """A factory for a stateless operator that declares ``max_parallelism``."""
+
+    def make():
+        op = cls(*args, **kw)
+        op.max_parallelism = parallelism
+        return op
+
+    make.__name__ = cls.__name__
+    return make
+
+
+def build_plan(rows: int, workers: int) -> Plan:
+    """The workload (module doc): `rows` events through filter, map and a tumbling
+    window aggregate into a DigestSink."""
     from operators.expr import col
-    from operators.stream import EventSource, Filter, Map
+    from operators.stream import EventSource, Filter, Map, Tumbling, WindowAggregate
 
-    class Keep(StreamOperator):
-        """The sink: keeps every row it receives, in order (the comparison needs them)."""
-
-        outputs = ()
-        state = M.UNKNOWN
-
-        def __init__(self):
-            self.parts = []
-            self.rows = 0
-
-        def on_packet(self, ctx, port, pkt):
-            self.parts.append({k: np.array(v) for k, v in pkt.columns.items() if not k.startswith("__")})
-            self.rows += pkt.nrows
-
-        def on_end(self, ctx):
-            cols = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]} if self.parts else {}
-            ctx.set_result({"rows": self.rows, "columns": cols})
-
-    schema = EventSource.schema
-    plan = Plan("policies")
-    plan.add("events", EventSource, rows, seed=seed, n_keys=1000, skew=1.1, rows_per_packet=rows_per_packet,
-             marker_every=4)
-    plan.add("filter", Filter, schema, col("value") > 0)
-    plan.add("map", Map, schema, [("score", col("value") * 3 + col("key")), ("key2", col("key") * 2)])
-    plan.add("sink", Keep)
-    plan.chain("events", "filter", "map", "sink")
-    return plan
+    s = EventSource.schema
+    mapped = Map(s, kernel=work, args=["value"], out=[("w", np.float64)]).schema
+    aggs = [("n", "count", None), ("total", "sum", "w")]
+    p = Plan(NAME)
+    p.add("events", EventSource, rows, seed=SEED, n_keys=N_KEYS, skew=SKEW, mean_gap=MEAN_GAP,
+          rows_per_packet=ROWS_PER_PACKET, marker_every=MARKER_EVERY)
+    p.add("filter", _declared(Filter, workers, s, col("value") < THRESHOLD))
+    p.add("map", _declared(Map, workers, s, kernel=work, args=["value"], out=[("w", np.float64)]))
+    p.add("window", WindowAggregate, mapped, ["key"], aggs, Tumbling("ts", WINDOW_TICKS))
+    p.add("sink", DigestSink)
+    p.chain("events", "filter", "map", "window", "sink")
+    return p
 
 
-def _same(a: dict, b: dict) -> bool:
-    ca, cb = a["columns"], b["columns"]
-    return a["rows"] == b["rows"] and set(ca) == set(cb) and all(np.array_equal(ca[k], cb[k]) for k in ca)
+# ---------------------------------------------------------------------------------------
+# configurations
 
 
-def _one_run(config: str, plan, workers: int, rows: int) -> dict:
+@dataclass
+class Config:
+    name: str
+    what: str  # how it is set up, for the report
+    kw: dict = field(default_factory=dict)  # Scheduler(...) arguments
+    parallelism: int | None = None  # submit(plan, parallelism=...)
+    threads: str = ""  # worker threads, for the report
+
+
+def configs(workers: int, per_node: int | None) -> list[Config]:
+    """Every configuration with `workers` workers (`per_node` per NUMA node for the
+    node-based policies; None: one per CPU)."""
+    tpn = {"threads_per_node": per_node}
+    el = {"elastic": True, "max_level": workers, "period_s": ELASTIC_PERIOD_S}
+    if workers < 3:
+        el["min_level"] = 1  # the deadlock rule's 2 would equal max_level: nothing to adapt (as streams_exp)
+    out = [
+        Config("bobox", "policy bobox", {"policy": "bobox", **tpn}, threads=str(workers)),
+        Config("simple", "policy simple (paper's baseline)", {"policy": "simple", **tpn}, threads=str(workers)),
+        Config("bobox+regions", f"policy bobox, submit(parallelism={workers})", {"policy": "bobox", **tpn},
+               parallelism=workers, threads=str(workers)),
+    ]
+    out += [Config(f"ordered-{h}", f"policy ordered, heuristic {h}", {"policy": "ordered", "heuristic": h, **tpn},
+                   threads=str(workers)) for h in HEURISTICS]
+    out += [
+        Config("streams-dynamic", f"policy streams, threads={workers}", {"policy": "streams", "threads": workers},
+               threads=str(workers)),
+        Config("streams-elastic", "policy streams, elastic, " + ", ".join(f"{k}={v}" for k, v in el.items()
+                                                                          if k != "elastic"),
+               {"policy": "streams", **el}, threads=f"{el.get('min_level', 2)}..{workers}"),
+        Config("streams-manual", "policy streams, model manual", {"policy": "streams", "model": "manual"},
+               threads="1 (the source's)"),
+    ]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# measuring
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of every thread of this process, ended ones included."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_once(ctx: Ctx, cfg: Config, plan: Plan, rows: int) -> dict:
+    """One request of `plan` under `cfg` on a fresh scheduler; see the module doc."""
     from bobox_sched import Scheduler
     from operators.stream import stream_report
 
-    kw, parallelism = _scheduler_kwargs(config, workers)
-    with Scheduler(**kw) as s:
-        c0 = time.process_time()  # the process's CPU clock (ns resolution; psutil's ticks are 10 ms)
-        h = s.submit(plan, parallelism=parallelism) if parallelism else s.submit(plan)
-        rep = stream_report(h, rows=rows, timeout=600)
-        cpu = time.process_time() - c0
-        result = h.result()
-    return {"rows_per_s": rep["rows_per_s"], "rows_per_cpu_s": rows / cpu if cpu > 0 else None,
-            "p50_ms": rep["latency_p50_ms"], "p99_ms": rep["latency_p99_ms"], "result": result}
+    with Scheduler(topology=ctx.topo, **cfg.kw) as s:
+        c0 = _cpu_s()
+        h = s.submit(plan, parallelism=cfg.parallelism) if cfg.parallelism else s.submit(plan)
+        rep = stream_report(h, rows=rows, timeout=3600)
+        cpu = _cpu_s() - c0
+        res = h.result()
+        pd = s.stats().get("policy_detail") or {}
+    return {"rows_per_s": rep["rows_per_s"], "seconds": rep["seconds"], "cpu_s": cpu,
+            "rows_per_cpu_s": rows / max(cpu, 1e-9), "p50": rep["latency_p50_ms"], "p99": rep["latency_p99_ms"],
+            "markers": rep["markers"], "digest": res["digest"], "out_rows": res["rows"], "windows": res["windows"],
+            "level": pd.get("level") if isinstance(pd, dict) else None}
 
 
-def exp_policies(ctx, rows: int) -> dict:
-    import psutil
+def reference(ctx: Ctx, plan: Plan) -> dict:
+    """The plan under bobox on one worker (one node: a virtual one on multi-node machines)."""
+    from bobox_sched import Scheduler
+    from topology.virtual import virtual_topology
 
-    from .locality import Recorder, _md_table, _plt, _save, write_section
+    topo = ctx.topo if len(ctx.topo.cpu_nodes) == 1 else virtual_topology(ctx.topo, 1)
+    with Scheduler(topology=topo, policy="bobox", threads_per_node=1) as s:
+        return s.submit(plan).result(3600)
 
-    workers = ctx.threads_per_node or (psutil.cpu_count() or 1)
-    rec = Recorder(ctx, "policies")
-    rows_per_packet = 4096
-    plan = make_plan(rows, rows_per_packet)
-    ref = _one_run("bobox", plan, 1, rows)["result"]  # the reference: sequential bobox, also the warm-up
-    equal = {c: True for c in CONFIGS}
-    failed: dict = {}
-    load = []
-    total = ctx.repeat * len(CONFIGS)
-    bar = ctx.bar(total, "policies")
+
+def _error_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dict:
+    import traceback
+
+    rec = Recorder(ctx, NAME)
+    plan = build_plan(rows, workers)
+    cfgs = configs(workers, per_node)
+    from .regions import ceiling
+
+    load_before = os.getloadavg()
+    ceil_before = ceiling(ctx.repeat)
+    bar = ctx.bar(1 + len(cfgs) * (ctx.repeat + 1), NAME)
+    bar.set_postfix_str("reference")
+    ref = reference(ctx, plan)
+    bar.update(1)
+    # Full collections walk every object of the process (numba's are many): one freeze
+    # after the imports and the first run keeps that cost out of every configuration alike.
+    gc.collect()
+    gc.freeze()
+    excluded: dict = {}
+    active = []
+    for cfg in cfgs:  # warm-up; a configuration that cannot run the chain is excluded here
+        bar.set_postfix_str(f"warm-up {cfg.name}")
+        try:
+            run_once(ctx, cfg, plan, rows)
+            active.append(cfg)
+        except Exception as e:  # noqa: BLE001 - any failure excludes the configuration, reported
+            excluded[cfg.name] = _error_line(e)
+            tb = traceback.format_exception(e)
+            print(f"[policies] {cfg.name} cannot run the chain, excluded: {excluded[cfg.name]}\n"
+                  + "".join(tb[-6:]), file=sys.stderr, flush=True)
+        bar.update(1)
+    runs: dict = {c.name: [] for c in active}
+    equal = {c.name: True for c in active}
     for r in range(ctx.repeat):
-        load.append(os.getloadavg()[0])
-        for config in CONFIGS:
-            if config in failed:
-                bar.update(1)
-                continue
-            try:
-                m = _one_run(config, plan, workers, rows)
-            except Exception as e:  # noqa: BLE001 - a policy that cannot run it is reported, not hidden
-                failed[config] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                bar.update(1)
-                continue
-            equal[config] = equal[config] and _same(m["result"], ref)
-            rec.add(config, workers, "throughput", m["rows_per_s"], r, "rows/s")
-            if m["rows_per_cpu_s"]:
-                rec.add(config, workers, "rows_per_cpu_s", m["rows_per_cpu_s"], r, "rows/CPU-s")
-            for k in ("p50_ms", "p99_ms"):
-                if m[k] is not None:
-                    rec.add(config, workers, f"latency_{k}", m[k], r, "ms")
+        for cfg in active:
+            bar.set_postfix_str(f"round {r + 1}/{ctx.repeat} {cfg.name}")
+            m = run_once(ctx, cfg, plan, rows)
+            ok = m["digest"] == ref["digest"] and m["out_rows"] == ref["rows"] and m["windows"] == ref["windows"]
+            equal[cfg.name] = equal[cfg.name] and ok
+            runs[cfg.name].append(m)
+            for metric, unit in (("rows_per_s", "rows/s"), ("rows_per_cpu_s", "rows/CPU-s"), ("seconds", "s"),
+                                 ("cpu_s", "s")):
+                rec.add(cfg.name, workers, metric, m[metric], r, unit)
+            for metric, key in (("latency_p50_ms", "p50"), ("latency_p99_ms", "p99")):
+                if m[key] is not None:
+                    rec.add(cfg.name, workers, metric, m[key], r, "ms")
+            rec.add(cfg.name, workers, "equal_to_reference", float(ok), r, "bool")
+            if m["level"] is not None:
+                rec.add(cfg.name, workers, "threads_at_end", m["level"], r, "threads")
             bar.update(1)
     bar.close()
-    ran = [c for c in CONFIGS if c not in failed]
-    thr = {c: rec.median(c, workers, "throughput") for c in ran}
-    cpu = {c: rec.median(c, workers, "rows_per_cpu_s") for c in ran}
-    p50 = {c: rec.median(c, workers, "latency_p50_ms") for c in ran}
-    p99 = {c: rec.median(c, workers, "latency_p99_ms") for c in ran}
-    ratio = {c: (thr[c] / thr["bobox"]) if thr.get("bobox") else None for c in ran}
-    rec.write()
+    load_after = os.getloadavg()
+    ceil_after = ceiling(ctx.repeat)
+    names = [c.name for c in active]
+    base = runs.get("bobox")
+    ratio, ratio_cpu, ratio_p99 = {}, {}, {}
+    for n in names:
+        if base is None:
+            break
+        tr = [m["rows_per_s"] / b["rows_per_s"] for m, b in zip(runs[n], base)]
+        cr = [m["rows_per_cpu_s"] / b["rows_per_cpu_s"] for m, b in zip(runs[n], base)]
+        lr = [m["p99"] / b["p99"] for m, b in zip(runs[n], base) if m["p99"] and b["p99"]]
+        ratio[n], ratio_cpu[n], ratio_p99[n] = _med(tr), _med(cr), _med(lr)
+        for r, (a, b, c) in enumerate(zip(tr, cr, lr + [None] * (len(tr) - len(lr)))):
+            rec.add(n, workers, "throughput_ratio_to_bobox", a, r, "x")
+            rec.add(n, workers, "cpu_efficiency_ratio_to_bobox", b, r, "x")
+            if c is not None:
+                rec.add(n, workers, "latency_p99_ratio_to_bobox", c, r, "x")
+    rec.add("ceiling", "before", "speedup", ceil_before, 0, "x")
+    rec.add("ceiling", "after", "speedup", ceil_after, 0, "x")
+    for i, v in enumerate(load_before):
+        rec.add("machine", "before", f"loadavg_{(1, 5, 15)[i]}min", v, 0, "")
+    for i, v in enumerate(load_after):
+        rec.add("machine", "after", f"loadavg_{(1, 5, 15)[i]}min", v, 0, "")
 
-    plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    xs = np.arange(len(ran))
-    a1.bar(xs, [thr[c] / 1e6 for c in ran], color="tab:blue")
-    a1.set_xticks(xs, ran, rotation=35, ha="right")
-    a1.set_ylabel("million rows/s (median)")
-    a1.set_title(f"Throughput, {workers} workers, {rows:,} rows")
-    a2.bar(xs - 0.2, [p50[c] or 0 for c in ran], 0.4, label="p50")
-    a2.bar(xs + 0.2, [p99[c] or 0 for c in ran], 0.4, label="p99")
-    a2.set_xticks(xs, ran, rotation=35, ha="right")
-    a2.set_ylabel("marker latency, ms")
-    a2.set_title("Processing latency")
-    a2.legend()
-    _save(fig, ctx, "policies")
+    def rnd(x, k=3):
+        return None if x is None else round(float(x), k)
+
+    summary = {
+        "configs": names,
+        "throughput": {n: rnd(_med(m["rows_per_s"] for m in runs[n]), 1) for n in names},
+        "rows_per_cpu_s": {n: rnd(_med(m["rows_per_cpu_s"] for m in runs[n]), 1) for n in names},
+        "cpu_cores_used": {n: rnd(_med(m["cpu_s"] / m["seconds"] for m in runs[n]), 2) for n in names},
+        "latency_p50_ms": {n: rnd(_med(m["p50"] for m in runs[n])) for n in names},
+        "latency_p99_ms": {n: rnd(_med(m["p99"] for m in runs[n])) for n in names},
+        "equal_to_reference": equal,
+        "ratio_to_bobox": {n: rnd(ratio.get(n)) for n in names},
+        "cpu_efficiency_ratio_to_bobox": {n: rnd(ratio_cpu.get(n)) for n in names},
+        "latency_p99_ratio_to_bobox": {n: rnd(ratio_p99.get(n)) for n in names},
+        "threads": {c.name: c.threads for c in active},
+        "elastic_level_at_end": _med(m["level"] for m in runs.get("streams-elastic", [])),
+        "load_avg": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+        "ceiling_before_after": [round(ceil_before, 3), round(ceil_after, 3)],
+        "excluded": excluded,
+        "workers": workers,
+        "cpus": len(ctx.topo.cpus),
+        "rows": rows,
+        "repeat": ctx.repeat,
+        "reference": {"rows": ref["rows"], "windows": ref["windows"], "digest": ref["digest"][:16]},
+        "regions": plan.explain_regions(),
+    }
+    rec.write()
+    _plot(ctx, summary)
+    _report(ctx, summary, active)
+    return summary
+
+
+# ---------------------------------------------------------------------------------------
+# outputs
+
+
+def table(s: dict) -> str:
+    """The comparison as aligned text (what the command prints)."""
+    head = ("config", "threads", "rows/s", "x bobox", "cores", "rows/CPU-s", "x bobox", "p50 ms", "p99 ms",
+            "p99 x bobox", "equal")
 
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
-    table = _md_table(["configuration", "rows/s", "x bobox", "rows/CPU-s", "p50 ms", "p99 ms", "output = reference"],
-                      [[c, f(thr[c], ",.0f"), f(ratio[c], ".2f"), f(cpu[c], ",.0f"), f(p50[c], ".2f"),
-                        f(p99[c], ".2f"), equal[c]] for c in ran])
-    body = (f"One chain (EventSource -> Filter -> Map -> sink, {rows:,} rows in packets of {rows_per_packet}) "
-            f"under every policy with {workers} workers; configurations interleaved per repeat, medians of "
-            f"{ctx.repeat}. Load average during the runs: {statistics.median(load):.2f}. TStream is a scheme "
-            f"for shared state, compared in its own experiment (`bobox experiment tstream`).\n\n{table}\n\n"
-            f"![policies](policies.png)\n")
-    if failed:
-        body += "\nNot run: " + "; ".join(f"{c}: {why}" for c, why in failed.items()) + "\n"
-    write_section(ctx, "policies", "Policies side by side", body)
-    print(table)
-    return {"configs": ran, "workers": workers, "rows": rows, "throughput": thr, "rows_per_cpu_s": cpu,
-            "latency_p50_ms": p50, "latency_p99_ms": p99, "equal_to_reference": {c: equal[c] for c in ran},
-            "ratio_to_bobox": ratio, "failed": failed, "load_avg": statistics.median(load)}
+    rows = [(n, s["threads"][n], f(s["throughput"][n], ",.0f"), f(s["ratio_to_bobox"][n], ".2f"),
+             f(s["cpu_cores_used"][n], ".2f"), f(s["rows_per_cpu_s"][n], ",.0f"),
+             f(s["cpu_efficiency_ratio_to_bobox"][n], ".2f"),
+             f(s["latency_p50_ms"][n], ".2f"), f(s["latency_p99_ms"][n], ".2f"),
+             f(s["latency_p99_ratio_to_bobox"][n], ".2f"), "yes" if s["equal_to_reference"][n] else "NO")
+            for n in s["configs"]]
+    w = [max(len(str(x)) for x in c) for c in zip(head, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w[i]) if i < 2 else str(c).rjust(w[i])  # noqa: E731
+                                   for i, c in enumerate(cells))
+    return "\n".join([line(head)] + [line(r) for r in rows])
+
+
+def _plot(ctx: Ctx, s: dict) -> None:
+    plt = _plt()
+    names = s["configs"]
+    x = np.arange(len(names))
+    fig, axes = plt.subplots(1, 3, figsize=(19, 5.2))
+    ax = axes[0]
+    tp = [s["throughput"][n] or 0 for n in names]
+    bars = ax.bar(x, tp, color=["tab:red" if not s["equal_to_reference"][n] else "tab:blue" for n in names])
+    for b, n in zip(bars, names):
+        r = s["ratio_to_bobox"].get(n)
+        if r is not None:
+            ax.annotate(f"{r:.2f}x", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
+                        fontsize=8)
+    ax.set_title(f"throughput (median of {s['repeat']}; label: ratio to bobox)")
+    ax.set_ylabel("ingress rows/s")
+    ax = axes[1]
+    ax.bar(x, [s["rows_per_cpu_s"][n] or 0 for n in names], color="tab:green")
+    ax.set_title("rows per CPU-second of the process")
+    ax.set_ylabel("rows / CPU-s")
+    ax = axes[2]
+    p50 = [s["latency_p50_ms"][n] or np.nan for n in names]
+    p99 = [s["latency_p99_ms"][n] or np.nan for n in names]
+    ax.bar(x - 0.2, p50, 0.4, label="p50", color="tab:orange")
+    ax.bar(x + 0.2, p99, 0.4, label="p99", color="tab:purple")
+    ax.set_yscale("log")
+    ax.set_title("processing latency of the markers")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8)
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+    fig.suptitle(f"every policy on one stream chain: {s['rows']:,} rows, {_n(s['workers'], 'worker')} "
+                 f"(load average {s['load_avg']['before'][0]:.2f} -> {s['load_avg']['after'][0]:.2f} "
+                 f"on {s['cpus']} CPUs)")
+    fig.tight_layout()
+    _save(fig, ctx, NAME)
+
+
+def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
+    la = s["load_avg"]
+    busy = max(la["before"][0], la["after"][0]) > s["cpus"]
+    rows = [[n, next(c.what for c in active if c.name == n), s["threads"][n],
+             _fmt(s["throughput"][n], ",.0f"), _fmt(s["ratio_to_bobox"][n], ".2f"),
+             _fmt(s["cpu_cores_used"][n], ".2f"), _fmt(s["rows_per_cpu_s"][n], ",.0f"),
+             _fmt(s["cpu_efficiency_ratio_to_bobox"][n], ".2f"),
+             _fmt(s["latency_p50_ms"][n], ".2f"), _fmt(s["latency_p99_ms"][n], ".2f"),
+             _fmt(s["latency_p99_ratio_to_bobox"][n], ".2f"), "yes" if s["equal_to_reference"][n] else "**NO**"]
+            for n in s["configs"]]
+    excl = "".join(f"\n- `{k}`: excluded, it failed on this chain: {v}" for k, v in s["excluded"].items())
+    body = "\n".join([
+        f"One stream chain, {s['rows']:,} rows: `EventSource` (seed {SEED}, {N_KEYS} Zipf keys, skew {SKEW:g}, "
+        f"{ROWS_PER_PACKET}-row packets, a latency marker every {MARKER_EVERY} packets) -> `Filter` (value < "
+        f"{THRESHOLD:g}) -> `Map` (nogil kernel, {ITERS} rotations per row) -> `WindowAggregate` (count and sum per "
+        f"key, tumbling windows of {WINDOW_TICKS:,} ticks) -> a digest sink. {_n(s['workers'], 'worker')} for every "
+        f"configuration ({s['cpus']} CPUs), a fresh scheduler per run, every configuration once per round, "
+        f"{s['repeat']} round(s); medians, ratios to `bobox` taken within a round. Throughput: source rows over "
+        "the request's time; efficiency: rows per CPU-second of the process (user + system) over the same span "
+        "(cores used: those CPU-seconds per second); "
+        "latency: the markers' queueing and processing delay along the path (not a row's wait for its window).",
+        "",
+        _md_table(["config", "set-up", "threads", "rows/s", "x bobox", "cores used", "rows/CPU-s", "x bobox",
+                   "p50 ms", "p99 ms", "p99 x bobox", "equal to reference"], rows),
+        "",
+        f"Reference: the plan under `bobox` on one worker, one request: {s['reference']['rows']:,} window rows in "
+        f"{s['reference']['windows']} windows (digest `{s['reference']['digest']}`). Equality: the same windows in "
+        "the same order, each window's rows as a multiset (the operator declares its rows per window unordered), "
+        "sums bit for bit.",
+        "",
+        f"1-minute load average {la['before'][0]:.2f} before, {la['after'][0]:.2f} after, on {s['cpus']} CPUs"
+        + (": the machine was shared with other work, so throughput carries that noise (rows per CPU-second less "
+           "so)." if busy else ".")
+        + f" Two plain threads running a nogil kernel got {s['ceiling_before_after'][0]:.2f}x / "
+        f"{s['ceiling_before_after'][1]:.2f}x the work of one (before / after, `experiments.regions.ceiling`): "
+        "the most any policy could gain from a second worker during the run.",
+        "",
+        "Notes:",
+        "",
+        "- TStream (`bobox_sched/txn`) is not here: it is a scheme for transactional access to shared state, not a "
+        "thread scheduler.",
+        "- `streams-manual` runs the whole graph on the source's thread (one thread by design): its markers "
+        "measure one synchronous pass, hence its tiny latency. `streams` model `dedicated` (a thread per input "
+        "port: more threads than the others' workers) is left out.",
+        f"- `streams-elastic` starts each run at its minimum level and moves every {ELASTIC_PERIOD_S:g} s; "
+        f"median level at the end of a run: {s['elastic_level_at_end']}."
+        + (" `min_level=1` on this small machine (the deadlock rule's 2 would leave nothing to adapt)."
+           if s["workers"] < 3 else ""),
+        "- `ordered-*`: Filter and Map declare `max_parallelism` = workers (what the ordered policy reads to run "
+        "a stateless operator on many workers; the other policies ignore it); the window aggregate is a plain "
+        "operator keyed by `key`, run on one worker at a time.",
+        "- `bobox+regions`: the plan's parallel regions (`plan.explain_regions()`):",
+        "",
+        "```",
+        s["regions"],
+        "```",
+    ]) + excl + f"\n\n![policies]({NAME}.png)\n"
+    write_section(ctx, NAME, "Every policy on one stream workload", body)
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def _fmt(x, fmt) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _workers(ctx: Ctx, arg: str | None) -> tuple[int, int | None]:
+    """(workers, threads per node or None) from ``--workers`` (one positive integer, a
+    multiple of the NUMA nodes with CPUs); default: one per CPU."""
+    nodes = len(ctx.topo.cpu_nodes)
+    if arg is None:
+        return len(ctx.topo.cpus), None
+    from bobox_sched import limits as L
+
+    try:
+        n = int(arg)
+    except ValueError:
+        raise BoboxError(f"--workers takes one positive integer for the policies experiment, got {arg!r}") from None
+    if n < 1 or n > L.MAX_THREADS_PER_NODE * nodes:
+        raise BoboxError(f"--workers {n}: must be between 1 and {L.MAX_THREADS_PER_NODE * nodes}")
+    if n % nodes:
+        raise BoboxError(f"--workers {n}: must be a multiple of the {nodes} NUMA nodes (the same threads on each)")
+    return n, n // nodes
+
+
+def check_args(args) -> None:
+    """Bad ``--workers`` for this experiment: a one-line error before any work."""
+    v = getattr(args, "workers", None)
+    if v is None:
+        return
+    try:
+        n = int(v)
+    except ValueError:
+        raise BoboxError(f"--workers takes one positive integer for the policies experiment, got {v!r}") from None
+    if n < 1:
+        raise BoboxError(f"--workers takes one positive integer for the policies experiment, got {v!r}")
 
 
 def run_experiment(args) -> dict:
+    """``bobox experiment policies``: build the experiments' context, run, print the table."""
     import topology as T
-    from bobox_sched.errors import BoboxError
-
-    from .locality import Ctx
 
     out = Path(args.out)
+    ctx = Ctx(out=out, repeat=args.repeat or (3 if args.quick else 5), quick=args.quick, data_arg=None, sf=None,
+              threads_per_node=None, virtual_nodes=None, progress=not args.no_progress,
+              command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]))
+    ctx.topo = T.probe()
+    workers, per_node = _workers(ctx, getattr(args, "workers", None))  # before any work
+    rows = getattr(args, "rows", None) or (ROWS_QUICK if args.quick else ROWS_DEFAULT)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
-    repeat = args.repeat or (2 if args.quick else 5)
-    ctx = Ctx(out=out, repeat=repeat, quick=args.quick, data_arg=None, sf=None, threads_per_node=None,
-              virtual_nodes=None, progress=not args.no_progress,
-              command="bobox " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    ctx.topo = T.probe()
-    rows = 2_000_000 if args.quick else 20_000_000
     t0 = time.perf_counter()
-    print("[experiment] policies ...", file=sys.stderr, flush=True)
-    summary = exp_policies(ctx, rows)
-    print(f"[experiment] policies done in {time.perf_counter() - t0:.1f} s -> {out}/policies.csv, policies.png, "
+    print(f"[experiment] {NAME}: {rows:,} rows, {_n(workers, 'worker')}, {_n(ctx.repeat, 'round')} ...",
+          file=sys.stderr, flush=True)
+    summary = exp_policies(ctx, workers, per_node, rows)
+    print(f"[experiment] {NAME} done in {time.perf_counter() - t0:.1f} s -> {out}/{NAME}.csv, {NAME}.png, "
           "report.md", file=sys.stderr, flush=True)
+    print(f"every policy on one stream chain: {rows:,} rows, {_n(workers, 'worker')}, median of {ctx.repeat} "
+          f"(load average {summary['load_avg']['before'][0]:.2f} -> {summary['load_avg']['after'][0]:.2f} on "
+          f"{summary['cpus']} CPUs; two threads got {summary['ceiling_before_after'][0]:.2f}x / "
+          f"{summary['ceiling_before_after'][1]:.2f}x one, before / after)")
+    print(table(summary))
+    for k, v in summary["excluded"].items():
+        print(f"{k}: excluded: {v}")
+    print(f"report: {out / 'report.md'}")
     return summary
 
 
-__all__ = ["CONFIGS", "exp_policies", "make_plan", "run_experiment"]
+__all__ = ["DigestSink", "build_plan", "check_args", "configs", "exp_policies", "run_experiment", "table"]

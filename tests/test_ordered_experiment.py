@@ -75,4 +75,4 @@ def test_bad_arguments(tmp_path, args, msg):
 
 def test_ordered_options_refused_for_other_experiments(tmp_path):
     r = run_cli("experiment", "numa-factor", "--workers", "2", "--out", str(tmp_path / "y"), timeout=120)
-    assert r.returncode == 2 and "applies to 'bobox experiment ordered' only" in r.stderr
+    assert r.returncode == 2 and "applies to 'bobox experiment ordered / policies' only" in r.stderr

@@ -1,47 +1,145 @@
-"""``bobox experiment policies --quick``: every policy on the one workload, the files, the
-report section (replaced, not duplicated, on a rerun), the JSON, every output equal to
-the reference run's; options it does not read refused. No timing assertions."""
+"""``bobox experiment policies`` (quick, one round, few rows): the CSV in the experiments'
+long format, a valid PNG, its report section (replacing an older one, keeping the other
+experiments'), the printed table and the JSON keys; every policy's output equal to the
+reference; a configuration that fails is excluded with its reason; the digest sink's
+equality; bad input. No timing assertions: the figures are whatever this machine
+measured."""
 
-import csv
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from experiments.locality import CSV_COLUMNS
-from experiments.policies import CONFIGS
+from test_experiments import check_png, read_csv
 
 pytestmark = pytest.mark.slow
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+CONFIGS = ["bobox", "simple", "bobox+regions", "ordered-ct", "ordered-lp", "ordered-et", "ordered-qst",
+           "streams-dynamic", "streams-elastic", "streams-manual"]
+KEYS = {"configs", "throughput", "latency_p50_ms", "latency_p99_ms", "equal_to_reference", "ratio_to_bobox",
+        "load_avg"}
+OLD = ("<!-- bobox:regions -->\n## Parallel regions\n\nkept\n<!-- /bobox:regions -->\n\n"
+       "<!-- bobox:policies -->\n## old policies section\n<!-- /bobox:policies -->\n")
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "policies", *args], capture_output=True,
-                          text=True, timeout=900)
+def bobox(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "bobox_sched", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
 
 
-def test_every_policy_side_by_side(tmp_path):
-    for _ in range(2):  # the second run replaces its report section
-        r = run_cli("--quick", "--repeat", "1", "--out", str(tmp_path), "--json", "--no-progress")
-        assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads(r.stdout.strip().splitlines()[-1])
-    assert s["configs"] == list(CONFIGS) and not s["failed"]
-    assert all(s["equal_to_reference"].values())
-    for key in ("throughput", "latency_p50_ms", "latency_p99_ms", "ratio_to_bobox", "rows_per_cpu_s"):
-        assert set(s[key]) == set(CONFIGS), key
-    assert s["ratio_to_bobox"]["bobox"] == 1.0 and all(v > 0 for v in s["throughput"].values())
-    with open(tmp_path / "policies.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == CSV_COLUMNS and {r["series"] for r in rows} == set(CONFIGS)
-    assert (tmp_path / "policies.png").read_bytes()[:8] == PNG_MAGIC
-    report = (tmp_path / "report.md").read_text()
-    assert report.count("<!-- bobox:policies -->") == 1 and "ordered-lp" in report
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("policies")
+    head = "# bobox-sched locality experiments\n\n## Machine\n\nx\n\nMeasurements: y\n\n"
+    (out / "report.md").write_text(head + OLD)
+    r = bobox("experiment", "policies", "--quick", "--repeat", "1", "--rows", "40000", "--out", out, "--json",
+              "--no-progress", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, r.stdout, json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("option", [["--sf", "1"], ["--ops", "100"], ["--threads-per-node", "2"]])
-def test_options_it_does_not_read_are_refused(tmp_path, option):
-    r = run_cli(*option, "--out", str(tmp_path))
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
-    assert not (tmp_path / "policies.csv").exists()
+def test_files(quick):
+    out, _, _ = quick
+    header, rows = read_csv(out / "policies.csv")
+    assert header == CSV_COLUMNS and all(r["experiment"] == "policies" for r in rows)
+    assert {r["metric"] for r in rows} >= {"rows_per_s", "rows_per_cpu_s", "latency_p50_ms", "latency_p99_ms",
+                                           "equal_to_reference", "throughput_ratio_to_bobox", "loadavg_1min"}
+    assert {r["series"] for r in rows} == set(CONFIGS) | {"machine", "ceiling"}
+    check_png(out / "policies.png")
+    report = (out / "report.md").read_text()
+    assert report.count("<!-- bobox:policies -->") == 1 and report.count("<!-- /bobox:policies -->") == 1
+    assert "old policies section" not in report and "kept" in report  # replaced; the others' sections stay
+    assert "Command: `bobox experiment policies --quick" in report and "(policies.png)" in report
+    assert "TStream" in report
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+
+
+def test_table_and_summary(quick):
+    _, stdout, s = quick
+    assert KEYS <= set(s)
+    assert s["configs"] == CONFIGS and s["excluded"] == {}
+    assert s["equal_to_reference"] == {n: True for n in CONFIGS}
+    for key in ("throughput", "latency_p50_ms", "latency_p99_ms", "ratio_to_bobox"):
+        assert set(s[key]) == set(CONFIGS)
+        assert all(v is not None and v > 0 for v in s[key].values()), key
+    assert s["ratio_to_bobox"]["bobox"] == 1.0
+    assert len(s["load_avg"]["before"]) == len(s["load_avg"]["after"]) == 3
+    assert len(s["ceiling_before_after"]) == 2 and all(x > 0 for x in s["ceiling_before_after"])
+    assert s["rows"] == 40000 and s["repeat"] == 1 and s["workers"] >= 1
+    lines = stdout.splitlines()
+    assert lines[1].split()[:4] == ["config", "threads", "rows/s", "x"]
+    assert [ln.split()[0] for ln in lines[2:2 + len(CONFIGS)]] == CONFIGS
+    assert lines[-2].startswith("report: ")
+
+
+def test_failing_configuration_is_excluded_with_its_reason(tmp_path, monkeypatch):
+    """`ordered` runs linear chains only: with parallel regions (splitter, merger) it must
+    refuse at submit, and the experiment reports that instead of failing."""
+    import topology as T
+    from experiments import policies as P
+    from experiments.locality import Ctx
+
+    base = P.configs(2, None)
+    broken = P.Config("ordered+regions", "ordered with parallelism=2", {"policy": "ordered"}, parallelism=2,
+                      threads="2")
+    monkeypatch.setattr(P, "configs", lambda w, pn: [base[0], broken])
+    ctx = Ctx(out=tmp_path, repeat=1, quick=True, data_arg=None, sf=None, threads_per_node=None, virtual_nodes=None,
+              progress=False, command="bobox experiment policies (test)")
+    ctx.topo = T.probe()
+    s = P.exp_policies(ctx, 2, None, 20000)
+    assert s["configs"] == ["bobox"] and s["equal_to_reference"] == {"bobox": True}
+    assert "ordered+regions" in s["excluded"] and "linear chain" in s["excluded"]["ordered+regions"]
+    assert "ordered+regions" in (tmp_path / "report.md").read_text()
+
+
+class _Ctx:
+    def set_result(self, v):
+        self.result = v
+
+
+def _digest(parts, wids):
+    from bobox_sched.packet import Packet
+    from bobox_sched.stream.punct import Window
+    from experiments.policies import DigestSink
+
+    sink, ctx = DigestSink(), _Ctx()
+    for cols, wid in zip(parts, wids):
+        sink.on_packet(ctx, "in", Packet({k: np.asarray(v) for k, v in cols.items()}))
+        sink.on_punct(ctx, "in", Window(wid))
+    sink.on_end(ctx)
+    return ctx.result
+
+
+def _window(start, keys, totals):
+    n = len(keys)
+    return {"window_start": [start] * n, "window_end": [start + 10] * n, "key": keys, "n": [1] * n,
+            "total": totals}
+
+
+def test_digest_sink_equality():
+    """Rows of a window are a multiset (order within a window free); anything else counts."""
+    a = _digest([_window(0, [1, 2, 3], [0.5, 1.5, 2.5]), _window(10, [1, 2], [1.0, 2.0])], [10, 20])
+    within = _digest([_window(0, [3, 1, 2], [2.5, 0.5, 1.5]), _window(10, [2, 1], [2.0, 1.0])], [10, 20])
+    assert a == within and a["rows"] == 5 and a["windows"] == 2
+    value = _digest([_window(0, [1, 2, 3], [0.5, 1.5, 2.5 + 1e-12]), _window(10, [1, 2], [1.0, 2.0])], [10, 20])
+    moved = _digest([_window(0, [1, 2, 3], [0.5, 1.5, 2.5]), _window(10, [1, 2], [1.0, 2.0])], [10, 30])
+    assert value["digest"] != a["digest"] and moved["digest"] != a["digest"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sf", "1"], "--sf does not apply to the policies experiment"),
+    (["--threads-per-node", "2"], "--threads-per-node does not apply"),
+    (["--ops", "10"], "--ops applies to"),
+    (["--workers", "0"], "--workers"),
+    (["--workers", "1,2"], "--workers takes one positive integer"),
+    (["--rows", "0"], "--rows"),
+    (["--repeat", "0"], "--repeat"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
+    r = bobox("experiment", "policies", "--out", tmp_path / "o", *args, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert words in r.stderr and r.stdout == ""
+    assert not (tmp_path / "o").exists()
