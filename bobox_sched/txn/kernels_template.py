@@ -429,6 +429,17 @@ def _pre_own(oi, of, start, sval, i, ts, cur):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _operand(h, g, i, start, sval, ts, cur, own_lo, own_hi, rd, oi, of, ch, ch_next, ch_sval, rec_chain, segs, seg_of,
+             row_of):
+    """(status, value, chain) of a condition's operand, record `h`, for op i (transaction
+    ts) of the chain of record `g`: the chain's own record before ts (``_pre_own``), any
+    other as ``_read_at`` reads it."""
+    if h == g:
+        return READY, _pre_own(oi, of, start, sval, i, ts, cur), rec_chain[g]
+    return _read_at(h, ts, own_lo, own_hi, rd, oi, of, ch, ch_next, ch_sval, rec_chain, segs, seg_of, row_of)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _step(cid, lim, own_lo, own_hi, rd, out, oi, of, o_viol, ch, ch_next, ch_sval, rec_chain, cond_off, conds,
           c_param, aborted, verdict, res, segs, segi, seg_of, row_of, rec_table, t_lo, t_hi):
     """Run chain `cid` from its progress point through its operations below ts `lim`, as
@@ -478,30 +489,17 @@ def _step(cid, lim, own_lo, own_hi, rd, out, oi, of, o_viol, ch, ch_next, ch_sva
                     break
         ok = True
         for c in range(cond_off[x], cond_off[x + 1]):
-            cg = conds[c, 0]
-            if cg == g:
-                a = _pre_own(oi, of, start, sval, i, ts, cur)
-            else:
-                st, a, dep = _read_at(cg, ts, own_lo, own_hi, rd, oi, of, ch, ch_next, ch_sval, rec_chain, segs,
-                                      seg_of, row_of)
-                if st != READY:
-                    status = st
-                    out[1] = dep
-                    out[2] = ts
-                    break
-            cg2 = conds[c, 2]
-            if cg2 < 0:
-                b = c_param[c]
-            elif cg2 == g:
-                b = _pre_own(oi, of, start, sval, i, ts, cur)
-            else:
-                st, b, dep = _read_at(cg2, ts, own_lo, own_hi, rd, oi, of, ch, ch_next, ch_sval, rec_chain, segs,
-                                      seg_of, row_of)
-                if st != READY:
-                    status = st
-                    out[1] = dep
-                    out[2] = ts
-                    break
+            st, a, dep = _operand(conds[c, 0], g, i, start, sval, ts, cur, own_lo, own_hi, rd, oi, of, ch, ch_next,
+                                  ch_sval, rec_chain, segs, seg_of, row_of)
+            b = c_param[c]  # the constant, unless the condition's second operand is a record
+            if st == READY and conds[c, 2] >= 0:
+                st, b, dep = _operand(conds[c, 2], g, i, start, sval, ts, cur, own_lo, own_hi, rd, oi, of, ch,
+                                      ch_next, ch_sval, rec_chain, segs, seg_of, row_of)
+            if st != READY:
+                status = st
+                out[1] = dep
+                out[2] = ts
+                break
             if not eval_cfun(conds[c, 1], a, b):
                 ok = False
                 break
