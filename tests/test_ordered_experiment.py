@@ -42,6 +42,16 @@ def test_json_has_the_figures(tiny):
     assert set(s["hybrid_vs_partitioned"]) == {"0.05", "0.1", "0.25", "0.5", "1", "uniform"}
     assert all(v > 0 for v in s["hybrid_vs_partitioned"].values())
     assert set(s["nonblocking_vs_lock"]) == {"1", "2"}
+    # the measured numbers behind figures 9 and 12: CPU accounting, spread, contention
+    assert set(s["fig9_detail"]) == set(s["hybrid_vs_partitioned"])
+    for d in s["fig9_detail"].values():
+        assert {"ratio_spread", "hybrid_cores", "partitioned_cores", "foreign_cores"} <= set(d)
+        assert d["hybrid_cores"] > 0 and d["foreign_cores"] >= 0
+    for v in s["light_operator"].values():
+        assert {"contended_per_unit_lock", "contended_per_unit_nonblocking", "wait_us_per_unit_lock",
+                "ratio_spread", "foreign_cores"} <= set(v)
+    assert s["light_operator"]["1"]["contended_per_unit_lock"] == 0  # one worker never meets a taken lock
+    assert all(isinstance(t, str) and t for t in s["goals"].get("why_missed", {}).values())
     assert set(s["operator_latency_ms"]) == {"10", "100", "1000"}
     assert set(s["hybrid_vs_partitioned_queries"]) == set(s["nonblocking_vs_lock_queries"]) == \
         {"q1", "q2", "q3", "q4", "q15"}

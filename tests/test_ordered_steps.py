@@ -232,17 +232,20 @@ def _figure3(mode):
     rb.send(5, "O5")
     rb.send(7, "O7")
     assert sent == [f"O{i}" for i in range(1, 9)], sent
-    return early, waited
+    return early, waited, rb
 
 
 def test_figure3_nonblocking_senders_return_while_t4_sends():
-    early, waited = _figure3("nonblocking")
+    early, waited, rb = _figure3("nonblocking")
     assert early and waited == []
+    # the experiment's contention counters: T1-T3 found the flag held, nobody waited
+    assert rb.contended == 3 and rb.wait_ns == 0
 
 
 def test_figure3_lock_based_senders_wait_for_t4():
-    early, waited = _figure3("lock")
+    early, waited, rb = _figure3("lock")
     assert not early and waited == ["T1", "T2", "T3"]
+    assert rb.contended == 3 and rb.wait_ns > 0
 
 
 def test_buffer_classes():

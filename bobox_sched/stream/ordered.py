@@ -584,6 +584,8 @@ class Stage:
             "empty_allotments": self.empty_allotments,
             "latency_ms": (self.lat_ns / self.lat_n / 1e6) if self.lat_n else None,
             "blocked_drains": self.reorder.blocked,
+            # sends that found the exit section taken, and LOCK-BASED's wait for it (reorder.py)
+            "reorder_contended": self.reorder.contended, "reorder_wait_ms": self.reorder.wait_ns / 1e6,
             "delegated": getattr(self.queues, "delegated", None),
         }
 

@@ -50,6 +50,14 @@ clear, that wake-up would be lost. (If the receiver is still full after the clea
 dequeue happened since our registration's re-check, so the next one will see the
 registration and schedule a drain.)
 
+Contention counters (statistics only, racy plain increments like ``full_window``):
+``contended`` counts the sends that found the exit section taken (NON-BLOCKING: the flag
+was held, the sender returned at once; LOCK-BASED: the lock was held, the sender
+waited), ``wait_ns`` the time LOCK-BASED's senders waited for the lock (0 for
+NON-BLOCKING, which never waits). They measure what the non-blocking scheme can save:
+under the GIL only one worker runs Python at a time, so a sender finds the exit section
+taken only when the interpreter switched threads inside it.
+
 ``advanced()`` is called by the drainer right after ``next`` moved past a unit (the
 policy gives a dequeue credit back there, so that a credit never admits a serial
 beyond ``next + capacity``).
@@ -62,6 +70,7 @@ and the flag's try-acquire one sequentially consistent step; the step machines o
 from __future__ import annotations
 
 import threading
+from time import perf_counter_ns
 
 from .atomics import AtomicFlag
 
@@ -74,7 +83,8 @@ class ReorderBuffer:
     """The NON-BLOCKING reordering scheme (Figure 4). See the module doc."""
 
     mode = "nonblocking"
-    __slots__ = ("capacity", "next", "buffer", "flag", "_emit", "_ready", "_advanced", "full_window", "blocked")
+    __slots__ = ("capacity", "next", "buffer", "flag", "_emit", "_ready", "_advanced", "full_window", "blocked",
+                 "contended", "wait_ns")
 
     def __init__(self, capacity: int, emit, ready=None, advanced=None):
         if not isinstance(capacity, int) or capacity < 1:
@@ -88,6 +98,8 @@ class ReorderBuffer:
         self._advanced = advanced
         self.full_window = 0  # try_add refusals (t >= next + capacity); statistics only
         self.blocked = 0  # drains stopped by a full receiver (A5); statistics only
+        self.contended = 0  # sends that found another drainer in the exit section (module doc)
+        self.wait_ns = 0  # always 0: nobody waits here
 
     def send(self, t: int, o) -> bool:
         """Unit `o` with serial `t` is ready (F4:L7-11). False: the window was full, call
@@ -115,6 +127,7 @@ class ReorderBuffer:
         advanced = self._advanced
         while True:
             if not flag.acquire(False):  # F4:L25: another worker is draining
+                self.contended += 1
                 return
             blocked = False
             while True:  # F4:L27: the exit section
@@ -151,7 +164,8 @@ class LockReorderBuffer:
     later units wait while the holder sends (Figure 3). Unbounded buffer."""
 
     mode = "lock"
-    __slots__ = ("capacity", "next", "buffer", "lock", "_emit", "_ready", "_advanced", "full_window", "blocked")
+    __slots__ = ("capacity", "next", "buffer", "lock", "_emit", "_ready", "_advanced", "full_window", "blocked",
+                 "contended", "wait_ns")
 
     def __init__(self, capacity: int, emit, ready=None, advanced=None):
         if not isinstance(capacity, int) or capacity < 1:
@@ -165,10 +179,16 @@ class LockReorderBuffer:
         self._advanced = advanced
         self.full_window = 0
         self.blocked = 0
+        self.contended = 0  # sends that had to wait for the lock (module doc)
+        self.wait_ns = 0  # their waiting time
 
     def send(self, t: int, o) -> bool:
         lock = self.lock
-        lock.acquire()  # F2:L2
+        if not lock.acquire(False):  # F2:L2, counted when it has to wait
+            self.contended += 1
+            t0 = perf_counter_ns()
+            lock.acquire()
+            self.wait_ns += perf_counter_ns() - t0
         try:
             if t < self.next or t in self.buffer:
                 raise RuntimeError(f"reorder buffer: unit {t} sent twice (next is {self.next})")

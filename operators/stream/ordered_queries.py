@@ -100,22 +100,51 @@ class _SL(_Costly, StreamOperator):
 
 
 class _PS(_Costly, PartitionedOperator):
-    def _init_ps(self, cost_us, partitions, default_p=100):
+    """A partitioned operator whose bucket state is an ``ordered_table.Table`` with
+    `table_width` integer values per key (``slice`` does the work)."""
+
+    table_width = 1
+
+    def __init__(self, cost_us=0.2, partitions=None):
         self._set_cost(cost_us)
-        self.partitions = partitions or default_p
+        self.partitions = partitions or 100
+
+    def new_state(self):
+        return Table(self.table_width)
+
+    def relocate_state(self, table):
+        return table.copy()
 
     def on_slice(self, ctx, rows, state, emit):
         self._work(rows[self.work_col])
         self.slice(rows, state, emit)
+
+    def _send_by_key(self, ctx, rows_of, key: str, columns=None) -> None:
+        """At the end of the stream: ``rows_of(table, live slots)`` (a column dict) of
+        every bucket, sent as one packet sorted by `key` (``_by_key``), with only
+        `columns` if given."""
+        out = _by_key([rows_of(t, t.live_slots()) for _, t in self.bucket_states()], key)
+        if out is not None:
+            ctx.send("out", out if columns is None else Packet({c: out[c] for c in columns}))
 
 
 # ---------------------------------------------------------------------------------------
 # kernels shared by several queries
 
 @njit(nogil=True, cache=True)
-def _grow(a, m):
-    b = np.empty(max(2 * a.shape[0], m + 16), a.dtype)
-    b[: a.shape[0]] = a
+def _outputs(k):
+    """An output buffer of `k` int64 columns, one per row of a 2-D array (``_room``
+    grows it; a kernel returns ``o[r, :m]``, each a contiguous view)."""
+    return np.empty((k, 16), np.int64)
+
+
+@njit(nogil=True, cache=True)
+def _room(o, m):
+    """`o`, or a copy twice as wide, with room for column index `m`."""
+    if m < o.shape[1]:
+        return o
+    b = np.empty((o.shape[0], max(2 * o.shape[1], m + 16)), o.dtype)
+    b[:, : o.shape[1]] = o
     return b
 
 
@@ -154,19 +183,10 @@ class ItemCounts(_PS):
     state = M.Partitioned("item")
     work_col = "item"
 
-    def __init__(self, cost_us=0.2, partitions=None):
-        self._init_ps(cost_us, partitions)
-
-    def new_state(self):
-        return Table(1)
-
     def slice(self, rows, table, emit):
         item = _i64(rows["item"])
         table.reserve(len(item))
         emit(Packet({"item": item, "count": _count_rows(item, *table.arrays())}, len(item)))
-
-    def relocate_state(self, table):
-        return table.copy()
 
 
 @njit(nogil=True, cache=True)
@@ -221,10 +241,7 @@ def _q1_baskets(ticket, item, ts, tk, ti, tf, meta):
     item of a ticket pairs with each earlier, different item: (min, max, the ticket's
     hour), caused by the new item's row. Per key only: independent of the bucketing."""
     n = ticket.shape[0]
-    oa = np.empty(16, np.int64)
-    ob = np.empty(16, np.int64)
-    oh = np.empty(16, np.int64)
-    op = np.empty(16, np.int64)
+    o = _outputs(4)  # rows: a, b, hour, parent row
     m = 0
     cap = ti.shape[1] - 2
     for i in range(n):
@@ -242,20 +259,16 @@ def _q1_baskets(ticket, item, ts, tk, ti, tf, meta):
             continue
         for j in range(k):
             y = ti[s, 2 + j]
-            if m >= oa.shape[0]:
-                oa = _grow(oa, m)
-                ob = _grow(ob, m)
-                oh = _grow(oh, m)
-                op = _grow(op, m)
-            oa[m] = min(x, y)
-            ob[m] = max(x, y)
-            oh[m] = ti[s, 0]
-            op[m] = i
+            o = _room(o, m)
+            o[0, m] = min(x, y)
+            o[1, m] = max(x, y)
+            o[2, m] = ti[s, 0]
+            o[3, m] = i
             m += 1
         if k < cap:
             ti[s, 2 + k] = x
             ti[s, 1] = k + 1
-    return oa[:m], ob[:m], oh[:m], op[:m]
+    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
 
 
 @njit(nogil=True, cache=True)
@@ -272,12 +285,7 @@ class Q1Baskets(_PS):
 
     state = M.Partitioned("ticket")
     work_col = "item"
-
-    def __init__(self, cost_us=0.2, partitions=None):
-        self._init_ps(cost_us, partitions)
-
-    def new_state(self):
-        return Table(2 + MAX_BASKET)
+    table_width = 2 + MAX_BASKET
 
     def slice(self, rows, table, emit):
         ts = _i64(rows["ts"])
@@ -287,9 +295,6 @@ class Q1Baskets(_PS):
         a, b, h, parent = _q1_baskets(_i64(rows["ticket"]), _i64(rows["item"]), ts, *table.arrays())
         emit(Packet({"a": a, "b": b, "hour": h}, len(a)), parent)
 
-    def relocate_state(self, table):
-        return table.copy()
-
 
 @njit(nogil=True, cache=True)
 def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
@@ -297,10 +302,7 @@ def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
     pair first emits (pair, hour, count) if the count reached `min_count` (caused by that
     row)."""
     n = a.shape[0]
-    opair = np.empty(16, np.int64)
-    oh = np.empty(16, np.int64)
-    oc = np.empty(16, np.int64)
-    op = np.empty(16, np.int64)
+    o = _outputs(4)  # rows: pair, hour, count, parent row
     m = 0
     for i in range(n):
         k = (a[i] << 21) | b[i]
@@ -310,20 +312,16 @@ def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
         elif ti[s, 0] != hour[i]:
             c = ti[s, 1]
             if c >= min_count:
-                if m >= opair.shape[0]:
-                    opair = _grow(opair, m)
-                    oh = _grow(oh, m)
-                    oc = _grow(oc, m)
-                    op = _grow(op, m)
-                opair[m] = k
-                oh[m] = ti[s, 0]
-                oc[m] = c
-                op[m] = i
+                o = _room(o, m)
+                o[0, m] = k
+                o[1, m] = ti[s, 0]
+                o[2, m] = c
+                o[3, m] = i
                 m += 1
             ti[s, 0] = hour[i]
             ti[s, 1] = 0
         ti[s, 1] += 1
-    return opair[:m], oh[:m], oc[:m], op[:m]
+    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
 
 
 class Q1PairCounts(_PS):
@@ -332,13 +330,11 @@ class Q1PairCounts(_PS):
 
     state = M.Partitioned("a", "b")
     work_col = "a"
+    table_width = 2
 
     def __init__(self, cost_us=0.2, partitions=None, min_count=Q1_MIN_COUNT):
-        self._init_ps(cost_us, partitions)
+        super().__init__(cost_us, partitions)
         self.min_count = min_count
-
-    def new_state(self):
-        return Table(2)
 
     def slice(self, rows, table, emit):
         a = _i64(rows["a"])
@@ -346,18 +342,12 @@ class Q1PairCounts(_PS):
         pair, h, c, parent = _q1_pairs(a, _i64(rows["b"]), _i64(rows["hour"]), *table.arrays(), self.min_count)
         emit(Packet({"pair": pair, "hour": h, "count": c}, len(pair)), parent)
 
-    def relocate_state(self, table):
-        return table.copy()
-
     def on_end(self, ctx):
-        parts = []
-        for _, t in self.bucket_states():
-            s = t.live_slots()
+        def rows_of(t, s):
             s = s[t.ivals[s, 1] >= self.min_count]
-            parts.append({"pair": t.keys[s], "hour": t.ivals[s, 0], "count": t.ivals[s, 1]})
-        out = _by_key(parts, "pair")
-        if out is not None:
-            ctx.send("out", out)
+            return {"pair": t.keys[s], "hour": t.ivals[s, 0], "count": t.ivals[s, 1]}
+
+        self._send_by_key(ctx, rows_of, "pair")
 
 
 def _by_key(parts: list, key: str):
@@ -421,9 +411,7 @@ def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
     `timeout` s after the user's last one closes the session: (session id, item) for its
     items, caused by that click. A session keeps its first SESSION_ITEMS items."""
     n = user.shape[0]
-    osid = np.empty(16, np.int64)
-    oit = np.empty(16, np.int64)
-    op = np.empty(16, np.int64)
+    o = _outputs(3)  # rows: session, item, parent row
     m = 0
     cap = ti.shape[1] - 3
     for i in range(n):
@@ -432,13 +420,10 @@ def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
         if not new and ts[i] - ti[s, 0] > timeout:
             sid = (u << 20) | ti[s, 1]
             for j in range(ti[s, 2]):
-                if m >= osid.shape[0]:
-                    osid = _grow(osid, m)
-                    oit = _grow(oit, m)
-                    op = _grow(op, m)
-                osid[m] = sid
-                oit[m] = ti[s, 3 + j]
-                op[m] = i
+                o = _room(o, m)
+                o[0, m] = sid
+                o[1, m] = ti[s, 3 + j]
+                o[2, m] = i
                 m += 1
             ti[s, 1] += 1
             ti[s, 2] = 0
@@ -447,7 +432,7 @@ def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
             ti[s, 3 + k] = item[i]
             ti[s, 2] = k + 1
         ti[s, 0] = ts[i]
-    return osid[:m], oit[:m], op[:m]
+    return o[0, :m], o[1, :m], o[2, :m]
 
 
 SESSION_ITEMS = 64
@@ -458,21 +443,13 @@ class Q2Sessions(_PS):
 
     state = M.Partitioned("user")
     work_col = "item"
-
-    def __init__(self, cost_us=0.2, partitions=None):
-        self._init_ps(cost_us, partitions)
-
-    def new_state(self):
-        return Table(3 + SESSION_ITEMS)
+    table_width = 3 + SESSION_ITEMS
 
     def slice(self, rows, table, emit):
         user = _i64(rows["user"])
         table.reserve(len(user))
         sid, it, parent = _q2_sessions(user, _i64(rows["item"]), _i64(rows["ts"]), *table.arrays(), SESSION_TIMEOUT)
         emit(Packet({"session": sid, "item": it}, len(sid)), parent)
-
-    def relocate_state(self, table):
-        return table.copy()
 
     def on_end(self, ctx):
         sids, items = [], []
@@ -534,8 +511,7 @@ def _q3_views(user, ts, item, sales, cat, tk, ti, tf, meta, hot, window, c1, c2)
     `hot` emits the viewed items of categories c1/c2 from the last `window` seconds,
     newest first."""
     n = user.shape[0]
-    oit = np.empty(16, np.int64)
-    op = np.empty(16, np.int64)
+    o = _outputs(2)  # rows: item, parent row
     m = 0
     for i in range(n):
         s, _ = upsert(tk, ti, tf, meta, user[i])
@@ -550,24 +526,17 @@ def _q3_views(user, ts, item, sales, cat, tk, ti, tf, meta, hot, window, c1, c2)
             for back in range(min(k, 5)):
                 j = (k - 1 - back) % 5
                 if ts[i] - ti[s, 6 + j] <= window and (ti[s, 11 + j] == c1 or ti[s, 11 + j] == c2):
-                    if m >= oit.shape[0]:
-                        oit = _grow(oit, m)
-                        op = _grow(op, m)
-                    oit[m] = ti[s, 1 + j]
-                    op[m] = i
+                    o = _room(o, m)
+                    o[0, m] = ti[s, 1 + j]
+                    o[1, m] = i
                     m += 1
-    return oit[:m], op[:m]
+    return o[0, :m], o[1, :m]
 
 
 class Q3LastViews(_PS):
     state = M.Partitioned("user")
     work_col = "item"
-
-    def __init__(self, cost_us=0.2, partitions=None):
-        self._init_ps(cost_us, partitions)
-
-    def new_state(self):
-        return Table(16)
+    table_width = 16
 
     def slice(self, rows, table, emit):
         user = _i64(rows["user"])
@@ -576,9 +545,6 @@ class Q3LastViews(_PS):
                                _i64(rows["category"]), *table.arrays(), HOT_ITEM, Q3_WINDOW, Q3_CATEGORIES[0],
                                Q3_CATEGORIES[1])
         emit(Packet({"item": it}, len(it)), parent)
-
-    def relocate_state(self, table):
-        return table.copy()
 
 
 # ---------------------------------------------------------------------------------------
@@ -607,9 +573,7 @@ def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
     session emits (abandoned, pages): abandoned when its last dynamic (add-to-cart) click
     came after its last order click."""
     n = user.shape[0]
-    oab = np.empty(16, np.int64)
-    opg = np.empty(16, np.int64)
-    op = np.empty(16, np.int64)
+    o = _outputs(3)  # rows: abandoned, pages, parent row
     m = 0
     for i in range(n):
         s, new = upsert(tk, ti, tf, meta, user[i])
@@ -617,13 +581,10 @@ def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
             ti[s, 2] = -1
             ti[s, 3] = -1
         elif ts[i] - ti[s, 0] > timeout:
-            if m >= oab.shape[0]:
-                oab = _grow(oab, m)
-                opg = _grow(opg, m)
-                op = _grow(op, m)
-            oab[m] = 1 if ti[s, 2] > ti[s, 3] else 0
-            opg[m] = ti[s, 1]
-            op[m] = i
+            o = _room(o, m)
+            o[0, m] = 1 if ti[s, 2] > ti[s, 3] else 0
+            o[1, m] = ti[s, 1]
+            o[2, m] = i
             m += 1
             ti[s, 1] = 0
             ti[s, 2] = -1
@@ -634,18 +595,13 @@ def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
         elif ptype[i] == 2:
             ti[s, 3] = ts[i]
         ti[s, 0] = ts[i]
-    return oab[:m], opg[:m], op[:m]
+    return o[0, :m], o[1, :m], o[2, :m]
 
 
 class Q4Sessions(_PS):
     state = M.Partitioned("user")
     work_col = "ts"
-
-    def __init__(self, cost_us=0.2, partitions=None):
-        self._init_ps(cost_us, partitions)
-
-    def new_state(self):
-        return Table(4)
+    table_width = 4
 
     def slice(self, rows, table, emit):
         user = _i64(rows["user"])
@@ -653,18 +609,12 @@ class Q4Sessions(_PS):
         ab, pg, parent = _q4_sessions(user, _i64(rows["ts"]), _i64(rows["ptype"]), *table.arrays(), SESSION_TIMEOUT)
         emit(Packet({"abandoned": ab, "pages": pg}, len(ab)), parent)
 
-    def relocate_state(self, table):
-        return table.copy()
-
     def on_end(self, ctx):
-        parts = []
-        for _, t in self.bucket_states():
-            s = t.live_slots()
-            parts.append({"user": t.keys[s], "abandoned": (t.ivals[s, 2] > t.ivals[s, 3]).astype(np.int64),
-                          "pages": t.ivals[s, 1]})
-        out = _by_key(parts, "user")
-        if out is not None:
-            ctx.send("out", Packet({"abandoned": out["abandoned"], "pages": out["pages"]}))
+        def rows_of(t, s):  # sorted by user, sent without it
+            return {"user": t.keys[s], "abandoned": (t.ivals[s, 2] > t.ivals[s, 3]).astype(np.int64),
+                    "pages": t.ivals[s, 1]}
+
+        self._send_by_key(ctx, rows_of, "user", ("abandoned", "pages"))
 
 
 class Q4Abandoned(_SL):
