@@ -46,7 +46,7 @@ def _cmd_topology(sub):
 
 
 def _cmd_bench(sub):
-    p = sub.add_parser("bench", help="benchmarks: overhead, speedup, locality, idle",
+    p = sub.add_parser("bench", help="benchmarks: overhead, speedup, locality, queries, gil, packets, idle",
                        description="Benchmarks of the scheduler. Ratios are measured side by side in one run.")
 
     from experiments import bench_cli

@@ -276,7 +276,7 @@ class Context:
         ``{name: dtype}`` dict, or a ``PacketSpec`` made once for speed), whose memory is
         on this worker's NUMA node (recycled when the packet dies)."""
         sched = self.scheduler
-        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes, sched.bytes)
+        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes)
 
     @property
     def packet_bytes(self) -> int:

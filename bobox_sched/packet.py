@@ -32,12 +32,25 @@ Pool protocol (who may touch what, when):
   append are two steps, so with T threads giving back at once a class can overshoot by
   at most T blocks: a soft cap on cached memory, never on correctness.
 
-Byte accounting (:class:`ByteAccount`, one per request and one per scheduler): the
+Byte accounting, at request level only (:class:`ByteAccount`, one per request): the
 allocating thread adds under the account's lock (a normal context, never a ``__del__``);
 a give-back only appends the byte count to the account's ``freed`` deque, lock-free.
 Whoever next takes the lock (an allocation, or a reader) folds the pending frees in first,
-so ``held`` and ``peak`` are exact at every allocation: a free that completed before an
-allocation is always folded before that allocation is counted.
+so a request's ``held`` and ``peak`` are exact at every allocation: a free that completed
+before an allocation is always folded before that allocation is counted. A packet costs
+one lock pair (the request's) and one deque append.
+
+The scheduler-wide figures (:class:`ByteTotals`) are sums over the request accounts,
+computed when read, not counted per packet: ``packets``/``allocated`` exactly (the
+accounts of retired requests are summed once, when they retire), ``held`` exactly at the
+read (each account folded under its own lock, one at a time: no lock is held while
+another is taken). The scheduler-wide ``peak`` is *sampled*: the sum of the accounts'
+``held`` is taken whenever one request reaches a new peak of its own (the moments the
+total grows), and at every read. It can miss a total that peaked while no single request
+did; every request's own peak stays exact. The sample reads the other accounts' ``_held``
+without their locks (an int read, never torn; frees not yet folded make it a little
+high), so no lock order exists between accounts. An account is retired (dropped from the
+sum, its counts added to the totals) once its request ended and nothing of it is held.
 
 Free-threaded CPython: the deques stay correct (they lock internally); the folding
 ``while freed: held -= freed.popleft()`` has a single consumer (the lock holder), so it
@@ -89,9 +102,6 @@ def _lease_del(self):
     freed = self.freed
     if freed is not None:
         freed.append(self.nbytes)
-    freed = self.freed2
-    if freed is not None:
-        freed.append(self.nbytes)
     block = self.block
     home = block.home
     if len(home) < block.cap:
@@ -101,7 +111,7 @@ def _lease_del(self):
 def _lease_type(size: int) -> type:
     """The lease class for blocks of `size` bytes: a ctypes byte array laid over the
     block (``from_address``, no copy), with the attributes ``block``, ``nbytes``,
-    ``freed``, ``freed2``. A packet's columns are ``np.frombuffer`` views of one lease:
+    ``freed``. A packet's columns are ``np.frombuffer`` views of one lease:
     numpy keeps the lease (a non-array buffer exporter) as their base, so the lease dies,
     and ``__del__`` gives the block back, exactly when the last column view dies. Measured
     against an ``__array_interface__`` object + ``np.asarray`` + views: 0.43 vs 0.73 us
@@ -125,18 +135,21 @@ class _Block:
 
 
 class ByteAccount:
-    """Bytes held by live packets, with the peak, for a request or a whole scheduler (see
-    the module doc for the protocol: locked adds, lock-free frees folded in later)."""
+    """Bytes held by a request's live packets, with the peak (see the module doc for the
+    protocol: locked adds, lock-free frees folded in later). `on_peak`, if set, is called
+    (outside the lock) after an add that raised the peak."""
 
-    __slots__ = ("_held", "_peak", "allocated", "packets", "_lock", "freed")
+    __slots__ = ("_held", "_peak", "allocated", "packets", "_lock", "freed", "on_peak", "ended")
 
-    def __init__(self):
+    def __init__(self, on_peak=None):
         self._held = 0
         self._peak = 0
         self.allocated = 0
         self.packets = 0
         self._lock = threading.Lock()
         self.freed: deque = deque()  # byte counts given back, not yet folded into _held
+        self.on_peak = on_peak
+        self.ended = False  # set once by the scheduler when the request ended
 
     def add(self, n: int) -> None:
         with self._lock:
@@ -148,8 +161,11 @@ class ByteAccount:
             self._held = held
             self.allocated += n
             self.packets += 1
-            if held > self._peak:
-                self._peak = held
+            if held <= self._peak:
+                return
+            self._peak = held
+        if self.on_peak is not None:
+            self.on_peak()
 
     def _fold(self) -> int:
         with self._lock:
@@ -178,6 +194,79 @@ class ByteAccount:
             while freed:
                 held -= freed.popleft()
             self._held = self._peak = held
+
+
+class ByteTotals:
+    """Scheduler-wide packet figures, summed over the request accounts (module doc):
+    ``packets``, ``allocated``, ``held``, a sampled ``peak``. ``_accounts`` is a tuple
+    replaced (never mutated) under ``_lock`` by ``track`` and the retiring reads, so the
+    lock-free peak sample reads a consistent set."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._accounts: tuple = ()
+        self._retired_packets = 0
+        self._retired_bytes = 0
+        self._peak = 0
+
+    def new_account(self) -> ByteAccount:
+        """A request's account, counted in these totals."""
+        acc = ByteAccount(self._sample)
+        with self._lock:
+            self._accounts = self._accounts + (acc,)
+        return acc
+
+    def _sample(self) -> None:
+        # Lock-free (called after an account's add, outside its lock); a racing sample
+        # can overwrite a slightly higher one: the peak is a sample anyway.
+        total = 0
+        for a in self._accounts:
+            total += a._held
+        if total > self._peak:
+            self._peak = total
+
+    def _collect(self) -> tuple[int, int, int]:
+        """(packets, bytes allocated, bytes held) now; retires the accounts of ended
+        requests that hold nothing."""
+        with self._lock:
+            keep = []
+            held = 0
+            packets, allocated = self._retired_packets, self._retired_bytes
+            for a in self._accounts:
+                h = a._fold()  # takes the account's lock alone (never ours inside it)
+                if a.ended and h == 0:
+                    self._retired_packets += a.packets
+                    self._retired_bytes += a.allocated
+                else:
+                    keep.append(a)
+                held += h
+                packets += a.packets
+                allocated += a.allocated
+            self._accounts = tuple(keep)
+            if held > self._peak:
+                self._peak = held
+            return packets, allocated, held
+
+    @property
+    def packets(self) -> int:
+        return self._collect()[0]
+
+    @property
+    def allocated(self) -> int:
+        return self._collect()[1]
+
+    @property
+    def held(self) -> int:
+        return self._collect()[2]
+
+    @property
+    def peak(self) -> int:
+        self._collect()
+        return self._peak
+
+    def reset_peak(self) -> None:
+        """Restart peak tracking from the bytes held now."""
+        self._peak = self._collect()[2]
 
 
 class NodePool:
@@ -209,10 +298,10 @@ class NodePool:
                 cls = self._free[size] = (deque(), _lease_type(size))
             return cls
 
-    def acquire(self, nbytes: int, account: ByteAccount | None, account2: ByteAccount | None = None):
+    def acquire(self, nbytes: int, account: ByteAccount | None):
         """A lease (a ctypes byte array, buffer protocol) over a block of at least `nbytes`
         on this node; the block is recycled when the lease and every view of it died.
-        `account` (and `account2`) count `nbytes` while it lives."""
+        `account` counts `nbytes` while it lives."""
         size = MIN_BLOCK if nbytes <= MIN_BLOCK else 1 << (nbytes - 1).bit_length()
         cls = self._free.get(size)
         if cls is None:
@@ -229,12 +318,11 @@ class NodePool:
         lease = block.lease.from_address(block.address)
         lease.block = block
         lease.nbytes = nbytes
-        lease.freed = None if account is None else account.freed
-        lease.freed2 = None if account2 is None else account2.freed
-        if account is not None:
+        if account is None:
+            lease.freed = None
+        else:
+            lease.freed = account.freed
             account.add(nbytes)
-        if account2 is not None:
-            account2.add(nbytes)
         return lease
 
     @property
@@ -332,11 +420,10 @@ def as_spec(schema) -> PacketSpec:
     return schema if isinstance(schema, PacketSpec) else PacketSpec(schema)
 
 
-def new_packet(pool: NodePool, schema, nrows: int, account: ByteAccount | None,
-               account2: ByteAccount | None = None) -> Packet:
+def new_packet(pool: NodePool, schema, nrows: int, account: ByteAccount | None) -> Packet:
     """A packet of `nrows` rows (uninitialised) with the columns of `schema` (a
-    PacketSpec, or a ``{name: dtype}`` dict) from `pool`, counted in `account` (and
-    `account2`). Columns start on 64-byte boundaries; each is one ndarray over the block."""
+    PacketSpec, or a ``{name: dtype}`` dict) from `pool`, counted in `account` (a
+    request's). Columns start on 64-byte boundaries; each is one ndarray over the block."""
     spec = schema if isinstance(schema, PacketSpec) else PacketSpec(schema)
     if nrows.__class__ is not int:
         if not isinstance(nrows, (int, np.integer)) or isinstance(nrows, bool):
@@ -345,7 +432,7 @@ def new_packet(pool: NodePool, schema, nrows: int, account: ByteAccount | None,
     if nrows < 0:
         raise ValueError(f"packet row count must be >= 0, got {nrows}")
     nbytes, cols = spec.layout(nrows)
-    raw = pool.acquire(nbytes, account, account2)
+    raw = pool.acquire(nbytes, account)
     fb = np.frombuffer
     return Packet({name: fb(raw, dt, nrows, off) for name, dt, off in cols}, nrows, pool.node)
 

@@ -21,7 +21,6 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from .errors import RequestCancelled
-from .packet import ByteAccount
 
 STEP_NAMES = {
     1: "own immediate (newest)",
@@ -52,7 +51,7 @@ class Request:
         self.nodes = []  # nodes evaluating this request (first = owner); set by the policy
         self.rr = 0  # round-robin cursor over `nodes` for new deferred tasks when shared
         self.results: dict = {}
-        self.bytes = ByteAccount()  # the scheduler's own account counts the same packets
+        self.bytes = scheduler.bytes.new_account()  # the only account per packet (packet.py)
         self.future: Future = Future()
         self.ops = ops
         self.sources = [op for op in ops.values() if not op.inputs]

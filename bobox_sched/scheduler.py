@@ -30,7 +30,7 @@ from topology.memory import live_nodes
 from . import limits
 from .errors import BoboxError, SchedulerShutdown
 from .limits import check_count, check_real
-from .packet import ByteAccount, NodePool
+from .packet import ByteTotals, NodePool
 from .plan import Plan
 from .policies import get_policy
 from .request import Request, RequestHandle
@@ -126,7 +126,7 @@ class Scheduler:
         self.memory = memory
         self.locality_sample = int(locality_sample or 0)
         self._locality_sampler = _LocalitySampler(self.locality_sample) if self.locality_sample else None
-        self.bytes = ByteAccount()
+        self.bytes = ByteTotals()  # sums of the requests' accounts (packet.py: request-level accounting)
         node_ids = [n.os_index for n in self.topology.nodes]
         # Node-local pools only for nodes this machine really has (a captured topology
         # may name others: its packets then use plain memory).
@@ -194,6 +194,7 @@ class Scheduler:
 
     # -- ending --------------------------------------------------------------------------
     def _request_ended(self, req: Request) -> None:
+        req.bytes.ended = True  # its account retires from the totals once nothing of it is held
         with self._lock:
             self._active.pop(req.id, None)
             self.requests_done += 1
@@ -301,10 +302,9 @@ class Scheduler:
             **totals,
             "migrations": pstats.get("migrations", 0),
             "shares": pstats.get("shares", 0),
-            "packets": self.bytes.packets,
-            "bytes_allocated": self.bytes.allocated,
-            "bytes_held": self.bytes.held,
-            "peak_bytes_held": self.bytes.peak,
+            **dict(zip(("packets", "bytes_allocated", "bytes_held"), self.bytes._collect())),
+            # sampled (packet.py): at each request's new peak and at every read
+            "peak_bytes_held": self.bytes._peak,
             "busy_per_node": list(per_node.values()),
             # Time in tasks, and the part of it with the GIL released (counted only while
             # the operators' timing is on: operators.released); 1 - released/busy is the

@@ -342,25 +342,27 @@ def bench_idle(seconds: float = 3.0, policy: str = "bobox") -> dict:
 
 def bench_packets(count: int = 200_000, repeat: int = 7, rows: int = 1024) -> dict:
     """Microseconds per allocate + free (median of `repeat` runs of `count`), for 1 and 3
-    int64 columns and 1 and 2 byte accounts (a request's and the scheduler's: what a
-    worker's ``ctx.new_packet`` does). Runs on the calling thread, no scheduler."""
-    from bobox_sched.packet import ByteAccount, NodePool, PacketSpec, new_packet
+    int64 columns, counted in a request's byte account (what a worker's
+    ``ctx.new_packet`` does: the only accounting level) and in none (the pool alone).
+    Runs on the calling thread, no scheduler."""
+    from bobox_sched.packet import ByteTotals, NodePool, PacketSpec, new_packet
 
     pool = NodePool(0, node_local=False)
     out = {}
     for cols in (1, 3):
         spec = PacketSpec({f"c{i}": np.int64 for i in range(cols)})
-        for accounts in (1, 2):
-            a, b = ByteAccount(), (ByteAccount() if accounts == 2 else None)
+        for label, acct in (("", ByteTotals().new_account()), ("_noacct", None)):
             runs = []
             for _ in range(repeat):
                 t = time.perf_counter()
                 for _ in range(count):
-                    p = new_packet(pool, spec, rows, a, b)
+                    p = new_packet(pool, spec, rows, acct)
                     del p  # the lease goes back to its size class's deque
                 runs.append((time.perf_counter() - t) / count * 1e6)
-            out[f"{cols}col_{accounts}acct_us"] = round(statistics.median(runs), 3)
-            _log(f"[packets] {cols} column(s), {accounts} account(s): {out[f'{cols}col_{accounts}acct_us']:.2f} us")
+            key = f"{cols}col{label}_us"
+            out[key] = round(statistics.median(runs), 3)
+            _log(f"[packets] {cols} column(s), {'no account' if acct is None else 'request account'}: "
+                 f"{out[key]:.2f} us")
     return {"rows": rows, "count": count, **out}
 
 

@@ -46,14 +46,25 @@ def add_arguments(p) -> None:
     qs.add_argument("--cpu-time", action="store_true",
                     help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
                     "kernel call: a few microseconds each)")
-    pk = sub.add_parser("packets", help="packet allocate + free, microseconds (1 and 3 columns, 1 and 2 accounts)")
+    pk = sub.add_parser("packets", help="packet allocate + free, microseconds (1 and 3 columns, with and without the request's byte account)")
     pk.add_argument("--count", type=count(10_000_000), default=200_000, help="packets per run (default 200000)")
     pk.add_argument("--repeat", type=repeat, default=7)
     pk.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    gil = sub.add_parser("gil", help="serial fraction three ways: the runtime's, py-spy's GIL sampling, Amdahl from "
+                         "the 1 -> 2 worker scaling (needs py-spy and ptrace)")
+    gil.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
+    gil.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
+    gil.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
+    gil.add_argument("--copies", type=requests, default=2, help="copies of each query in the mix (default 2)")
+    gil.add_argument("--repeat", type=repeat, default=3, help="timed mixes per worker count (default 3)")
+    gil.add_argument("--seconds", type=real(L.MAX_SECONDS), default=6.0,
+                     help="seconds py-spy samples per worker count (default 6)")
+    gil.add_argument("--rate", type=count(1000), default=200, help="py-spy samples per second (default 200)")
+    gil.add_argument("--packet-bytes", type=byte_size(), default=None, help="packet size, e.g. 64K")
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=real(L.MAX_SECONDS), default=3.0,
                       help=f"seconds to measure (default 3, at most {L.MAX_SECONDS:g})")
-    for q in (o, s, loc, qs, idle):
+    for q in (o, s, loc, qs, gil, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
         q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
 
@@ -108,11 +119,27 @@ def run(args) -> int:
         print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
               f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}; CPU time: DuckDB {r['duckdb_mix_cpu_s']} s, "
               f"bobox workers {r['mix_tall_cpu_s']} s")
+    elif args.bench == "gil":
+        from operators import tpch
+
+        from .gil_check import bench_gil, check_pyspy, find_pyspy, format_report
+        from .run_cli import check_queries, check_requests
+        from .workload import check_data, ensure_data
+
+        queries = check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX, "--copies")
+        check_requests(len(queries), args.copies, "--copies")
+        exe = find_pyspy()
+        check_pyspy(exe)  # before any data is generated or loaded
+        data = ensure_data(args.data, args.sf)
+        check_data(data)
+        r = bench_gil(data, queries if args.queries else None, args.copies, args.repeat, args.seconds, args.rate,
+                      args.policy, args.packet_bytes, exe=exe, checked=True)
+        print(format_report(r))
     elif args.bench == "packets":
         r = bench_packets(args.count, args.repeat)
         print(f"packet allocate + free ({r['rows']} rows): "
-              f"1 column {r['1col_1acct_us']:.2f} us ({r['1col_2acct_us']:.2f} with 2 accounts), "
-              f"3 columns {r['3col_1acct_us']:.2f} us ({r['3col_2acct_us']:.2f} with 2 accounts)")
+              f"1 column {r['1col_us']:.2f} us ({r['1col_noacct_us']:.2f} without byte accounting), "
+              f"3 columns {r['3col_us']:.2f} us ({r['3col_noacct_us']:.2f} without)")
     elif args.bench == "idle":
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "

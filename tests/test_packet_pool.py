@@ -1,5 +1,6 @@
 """The packet pool and byte accounting: lock-free give-back (safe against the cyclic GC
-running inside any locked section, CPython >= 3.12), exact held/peak, block lifetime."""
+running inside any locked section, CPython >= 3.12), exact held/peak per request account,
+scheduler-wide totals summed from the request accounts, block lifetime."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from bobox_sched.packet import ByteAccount, NodePool, PacketSpec, new_packet
+from bobox_sched.packet import ByteAccount, ByteTotals, NodePool, PacketSpec, new_packet
 
 
 class _GCInsideLock:
@@ -45,33 +46,35 @@ class _GCInsideLock:
         self._lock.release()
 
 
-def _cyclic_garbage_packets(pool, spec, account, account2, n=20):
+def _cyclic_garbage_packets(pool, spec, account, n=20):
     """Packets reachable only through reference cycles: freed by the cyclic collector."""
     for _ in range(n):
-        pkt = new_packet(pool, spec, 100, account, account2)
+        pkt = new_packet(pool, spec, 100, account)
         holder = {"pkt": pkt}
         holder["self"] = holder  # a cycle: refcounting alone never frees it
 
 
 def test_gc_inside_the_account_lock_frees_leases_of_the_same_account():
     pool = NodePool(0, node_local=False)
-    acc, sched_acc = ByteAccount(), ByteAccount()
+    totals = ByteTotals()
+    acc = totals.new_account()
     acc._lock = _GCInsideLock()
-    sched_acc._lock = _GCInsideLock()
+    totals._lock = _GCInsideLock()
     spec = PacketSpec({"x": np.int64, "y": np.float64})
     gc.disable()
     try:
         for _ in range(5):
-            _cyclic_garbage_packets(pool, spec, acc, sched_acc)
+            _cyclic_garbage_packets(pool, spec, acc)
             # add() takes acc's lock; the collection inside frees 20 leases of acc.
-            p = new_packet(pool, spec, 100, acc, sched_acc)
+            p = new_packet(pool, spec, 100, acc)
             del p
+            assert totals.held >= 0  # the totals' lock, with a collection inside it
     finally:
         gc.enable()
     gc.collect()
-    assert acc._lock.collections > 0
-    assert not acc._lock.reentered and not sched_acc._lock.reentered
-    assert acc.held == 0 and sched_acc.held == 0
+    assert acc._lock.collections > 0 and totals._lock.collections > 0
+    assert not acc._lock.reentered and not totals._lock.reentered
+    assert acc.held == 0 and totals.held == 0
     assert acc.peak >= spec.layout(100)[0]
     assert pool.blocks_mapped <= 25  # the collected blocks went back and were reused
 
@@ -83,8 +86,8 @@ def test_gc_inside_the_size_class_lock():
     gc.disable()
     try:
         for rows in (10, 1000, 100_000):  # three new size classes: the lock is taken each time
-            _cyclic_garbage_packets(pool, PacketSpec({"x": np.int64}), acc, None)
-            _cyclic_garbage_packets(pool, PacketSpec({"x": np.int8}), acc, None)
+            _cyclic_garbage_packets(pool, PacketSpec({"x": np.int64}), acc)
+            _cyclic_garbage_packets(pool, PacketSpec({"x": np.int8}), acc)
             new_packet(pool, PacketSpec({"x": np.int64}), rows, acc)
     finally:
         gc.enable()
@@ -153,13 +156,14 @@ def test_free_blocks_are_capped_per_size_class():
 
 def test_concurrent_allocation_and_give_back_from_other_threads():
     pool = NodePool(0, node_local=False)
-    acc, total = ByteAccount(), ByteAccount()
+    total = ByteTotals()
+    accs = [total.new_account() for _ in range(3)]  # one request account per producer
     handoff: list = []
     lock = threading.Lock()
 
-    def producer():
+    def producer(acc):
         for i in range(3000):
-            p = new_packet(pool, {"x": np.int64}, 1 + i % 700, acc, total)
+            p = new_packet(pool, {"x": np.int64}, 1 + i % 700, acc)
             with lock:
                 handoff.append(p)
 
@@ -172,7 +176,7 @@ def test_concurrent_allocation_and_give_back_from_other_threads():
 
     stop = threading.Event()
     cons = [threading.Thread(target=consumer, args=(stop,)) for _ in range(2)]
-    prods = [threading.Thread(target=producer) for _ in range(3)]
+    prods = [threading.Thread(target=producer, args=(a,)) for a in accs]
     for t in cons + prods:
         t.start()
     for t in prods:
@@ -180,6 +184,26 @@ def test_concurrent_allocation_and_give_back_from_other_threads():
     stop.set()
     for t in cons:
         t.join()
-    assert acc.held == 0 and total.held == 0
-    assert acc.packets == total.packets == 9000
-    assert 0 < acc.peak <= acc.allocated
+    assert all(a.held == 0 and a.packets == 3000 and 0 < a.peak <= a.allocated for a in accs)
+    assert total.held == 0 and total.packets == 9000 and total.allocated == sum(a.allocated for a in accs)
+    # the sampled total peak: taken at each account's new peak, so never below any of them
+    assert max(a.peak for a in accs) <= total.peak <= sum(a.peak for a in accs)
+
+
+def test_totals_retire_ended_accounts_and_keep_their_counts():
+    pool = NodePool(0, node_local=False)
+    total = ByteTotals()
+    a, b = total.new_account(), total.new_account()
+    pa = new_packet(pool, {"x": np.int64}, 100, a)
+    pb = new_packet(pool, {"x": np.int64}, 200, b)
+    na, nb = PacketSpec({"x": np.int64}).layout(100)[0], PacketSpec({"x": np.int64}).layout(200)[0]
+    held = na + nb
+    assert total.held == held and total.packets == 2 and total.peak == held
+    a.ended = True
+    assert total.held == held and len(total._accounts) == 2  # ended, but its packet lives on
+    del pa
+    assert total.held == nb and len(total._accounts) == 1  # retired
+    assert total.packets == 2 and total.allocated == held  # its counts stay in the totals
+    total.reset_peak()
+    assert total.peak == nb
+    del pb
