@@ -104,3 +104,33 @@ def test_spark_tasks_run_the_drivers_interpreter():
     assert r.returncode == 0, r.stderr[-3000:]
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen["task"] == seen["driver"] == sys.executable
+
+
+# -- what a fresh machine is given: packaging and documentation ------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_tpchgen_is_a_core_dependency():
+    """`pip install bobox-sched` alone must give a `bobox run` that can make its data."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]]
+    assert "tpchgen-cli" in names
+    assert project["requires-python"].replace(" ", "") == ">=3.11"
+
+
+def test_system_packages_and_fresh_machine_docs():
+    script = (ROOT / "scripts" / "install-system-packages.sh").read_text()
+    # the NUMA-VM tier's initramfs needs a static busybox: listed and installed
+    assert "missing+=(busybox-static)" in script
+    readme = (ROOT / "README.md").read_text()
+    assert "scripts/fresh-check" in readme and (ROOT / "scripts" / "fresh-check").stat().st_mode & 0o111
+    # what a Spark cluster needs: the workers' interpreter
+    cluster = readme[readme.index("### Running on a standalone cluster"):]
+    cluster = cluster[: cluster.index("\n## ")] if "\n## " in cluster else cluster
+    assert "spark.pyspark.python" in cluster and "PYSPARK_PYTHON" in cluster
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "unset VIRTUAL_ENV PYSPARK_PYTHON" in ci and "scripts/test-pythons" in ci
