@@ -106,6 +106,33 @@ def test_spark_tasks_run_the_drivers_interpreter():
     assert seen["task"] == seen["driver"] == sys.executable
 
 
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["env", "conf"])
+def test_spark_workers_run_the_users_interpreter_when_set(tmp_path, how):
+    """A user's choice (PYSPARK_PYTHON, or spark.pyspark.python in conf) wins over the
+    driver's interpreter: here a wrapper that marks its environment, then runs ours."""
+    wrapper = tmp_path / "my-python"
+    wrapper.write_text(f"#!/bin/sh\nBOBOX_WRAPPED=yes exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    conf = "{'spark.pyspark.python': %r}" % str(wrapper) if how == "conf" else "None"
+    code = (
+        "import json\n"
+        "from experiments.spark_pipeline import spark_session\n"
+        f"s = spark_session('local[1]', conf={conf})\n"
+        "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('os').environ.get('BOBOX_WRAPPED')).collect()\n"
+        "print(json.dumps({'wrapped': got[0]}))\n"
+        "s.stop()\n"
+    )
+    env = newcomer_env()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    if how == "env":
+        env["PYSPARK_PYTHON"] = str(wrapper)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env, cwd="/")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"wrapped": "yes"}
+
 # -- what a fresh machine is given: packaging and documentation ------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
