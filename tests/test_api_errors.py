@@ -455,3 +455,38 @@ def _chain(n, mid=Double):
     p.add("sink", SumSink)
     p.chain("src", "m", "sink")
     return p
+
+
+# -- the other policies: the issue's cases there too -----------------------------------
+
+ISSUE_MISUSE = [m for m in MISUSE if m[0] in ("after-close", "after-close-all", "none", "negative-rows")]
+
+
+@pytest.mark.parametrize("policy", ["streams", "ordered"])
+def test_issue_misuse_raises_under_every_policy(policy):
+    """send after close(), send(None) and new_packet(-5) raise under the policies with
+    their own contexts too (streams' threads, ordered's units), naming the operator."""
+    with Scheduler(policy=policy) as s:
+        handles = []
+        for how, _, _ in ISSUE_MISUSE:
+            p = Plan(how)
+            p.add("src", Range, 10_000, 10)
+            p.add("bad", Misbehave, how)
+            p.add("sink", CountSink)
+            p.chain("src", "bad", "sink")
+            handles.append(s.submit(p))
+        for (how, exc, pattern), h in zip(ISSUE_MISUSE, handles):
+            with pytest.raises(exc, match=pattern):
+                h.result(HANG)
+            assert h.state == "failed", how
+
+
+def test_operator_that_stops_reading_under_streams_policy():
+    s = Scheduler(policy="streams")
+    try:
+        h = s.submit(deaf_plan())
+        with pytest.raises(OperatorStalled, match=r"operator 'deaf' \(Deaf\) made no progress"):
+            h.result(HANG)
+        assert h.failed_operator == "deaf"
+    finally:
+        assert shutdown_returns(s), "shutdown() did not return"

@@ -104,3 +104,60 @@ def test_spark_tasks_run_the_drivers_interpreter():
     assert r.returncode == 0, r.stderr[-3000:]
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen["task"] == seen["driver"] == sys.executable
+
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["env", "conf"])
+def test_spark_workers_run_the_users_interpreter_when_set(tmp_path, how):
+    """A user's choice (PYSPARK_PYTHON, or spark.pyspark.python in conf) wins over the
+    driver's interpreter: here a wrapper that marks its environment, then runs ours."""
+    wrapper = tmp_path / "my-python"
+    wrapper.write_text(f"#!/bin/sh\nBOBOX_WRAPPED=yes exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    conf = "{'spark.pyspark.python': %r}" % str(wrapper) if how == "conf" else "None"
+    code = (
+        "import json\n"
+        "from experiments.spark_pipeline import spark_session\n"
+        f"s = spark_session('local[1]', conf={conf})\n"
+        "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('os').environ.get('BOBOX_WRAPPED')).collect()\n"
+        "print(json.dumps({'wrapped': got[0]}))\n"
+        "s.stop()\n"
+    )
+    env = newcomer_env()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    if how == "env":
+        env["PYSPARK_PYTHON"] = str(wrapper)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env, cwd="/")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"wrapped": "yes"}
+
+# -- what a fresh machine is given: packaging and documentation ------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_tpchgen_is_a_core_dependency():
+    """`pip install bobox-sched` alone must give a `bobox run` that can make its data."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]]
+    assert "tpchgen-cli" in names
+    assert project["requires-python"].replace(" ", "") == ">=3.11"
+
+
+def test_system_packages_and_fresh_machine_docs():
+    script = (ROOT / "scripts" / "install-system-packages.sh").read_text()
+    # the NUMA-VM tier's initramfs needs a static busybox: listed and installed
+    assert "missing+=(busybox-static)" in script
+    readme = (ROOT / "README.md").read_text()
+    assert "scripts/fresh-check" in readme and (ROOT / "scripts" / "fresh-check").stat().st_mode & 0o111
+    # what a Spark cluster needs: the workers' interpreter
+    cluster = readme[readme.index("### Running on a standalone cluster"):]
+    cluster = cluster[: cluster.index("\n## ")] if "\n## " in cluster else cluster
+    assert "spark.pyspark.python" in cluster and "PYSPARK_PYTHON" in cluster
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "unset VIRTUAL_ENV PYSPARK_PYTHON" in ci and "scripts/test-pythons" in ci

@@ -34,6 +34,7 @@ from operators import tpch_partial
 from operators.data import DataError, read_manifest
 from operators.tpch_sql import compare_tables, duckdb_answer, output_columns
 
+from bobox_sched import outputs
 from bobox_sched.errors import BoboxError
 from experiments import spark_pipeline as SP
 
@@ -286,6 +287,9 @@ def test_cli_run_on_bobox_datagen_output(tpch, tmp_path):
     assert len(list((tmp_path / "views").glob("*/part-*"))) == 2
     for q in ("q3", "q18"):
         compare_tables(pq.read_table(out / f"{q}.parquet"), duckdb_answer(q, tpch))
+    # the layout of bobox run --output: written atomically, a manifest marks the complete set
+    assert outputs.complete(out)
+    assert sorted(json.loads((out / outputs.RESULTS_MANIFEST).read_text())["files"]) == ["q18.parquet", "q3.parquet"]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -364,6 +368,7 @@ def test_report_summarizes_runs_and_hosts(spark, tmp_path):
     text = (out / "report.md").read_text()
     assert text.count("## Summary of 3 runs on 2 hosts") == 1
     assert "### packet-size" in text and "### schedulers" in text
+    assert outputs.complete(out, SP.REPORT_MANIFEST)  # summary.csv and report.md: a complete set
     # A second report replaces its section, keeping what else is in report.md.
     (out / "report.md").write_text("# Experiments\n\nmine\n\n" + text.split("# Experiments\n", 1)[1]
                                    + "\n## Later section\n\nkept\n")
