@@ -53,7 +53,7 @@ def test_outputs_and_json(quick):
             assert all(0 <= v < 1 for v in sc[cc]["serial_fraction"].values())
             assert 1 <= sc[cc]["amdahl_cap"] <= len(threads) and sc[cc]["speedup"] > 0
         assert all(0 < v < 1 for v in sc["tstream"]["state_access_share"].values())
-    assert "serial fraction" in s["scaling_cause"] and "Why (measured" in report
+    assert "serial fraction" in s["scaling_cause"] and "Why TStream does not scale here (measured" in report
     for cc, parts in s["breakdown_sl"].items():
         assert abs(sum(parts.values()) - 1.0) < 0.01
     for app, confs in s["numa"].items():
