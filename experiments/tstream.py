@@ -22,6 +22,12 @@ measured ``--repeat`` times (5, 1 with ``--quick``) with the schemes interleaved
 a repeat (so a change of the machine's load hits all of them), median reported. The
 host's load average is recorded: spinning baselines need their partner executor to be
 running, so on an oversubscribed host they lose far more than TStream does.
+
+Why the Fig. 8 trend is what it is, measured (``_scaling``; JSON ``scaling`` and
+``scaling_cause``, the report's "Why" paragraph): TStream and LOCK at 1 and the most
+threads with the txn kernels timed (``operators/released.py``: serial fraction = share of
+busy time holding the GIL, and Amdahl's cap from it), TStream's wall time per event in
+state-access mode and in compute mode, and the Parser alone (no transactional operator).
 """
 
 from __future__ import annotations
