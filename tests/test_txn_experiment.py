@@ -46,6 +46,14 @@ def test_outputs_and_json(quick):
             assert list(by_t) == threads and all(v > 0 for v in by_t.values())
         assert s["tstream_vs_best_baseline"][app] > 0
         assert "500" in s["p99_latency_ms"][app] and s["p99_latency_ms"][app]["500"] > 0
+        # the measured cause of the scaling: serial fraction from timed kernels, phases, Parser alone
+        sc = s["scaling"][app]
+        assert list(sc["parser_alone"]) == threads and all(v > 0 for v in sc["parser_alone"].values())
+        for cc in ("tstream", "lock"):
+            assert all(0 <= v < 1 for v in sc[cc]["serial_fraction"].values())
+            assert 1 <= sc[cc]["amdahl_cap"] <= len(threads) and sc[cc]["speedup"] > 0
+        assert all(0 < v < 1 for v in sc["tstream"]["state_access_share"].values())
+    assert "serial fraction" in s["scaling_cause"] and "Why TStream does not scale here (measured" in report
     for cc, parts in s["breakdown_sl"].items():
         assert abs(sum(parts.values()) - 1.0) < 0.01
     for app, confs in s["numa"].items():

@@ -9,6 +9,7 @@ low-water mark per record), ``"pat"`` (S-Store's per-partition lock-ahead) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,10 @@ class TxnConfig:
     spin_us        how long a baseline's wait spins before it returns "blocked" (default:
                    1 ms if every executor can have a worker thread, else 50 us)
     name           names the group (several groups may share a request)
+    kernel_wrap    a function applied to the kernel module before use (default: none),
+                   e.g. ``operators.released.timed_namespace`` so that time in the nogil
+                   kernels counts as GIL-released time of the calling worker (the
+                   serial fraction, measured by ``bobox experiment tstream``)
     """
 
     store: StateStore
@@ -65,6 +70,7 @@ class TxnConfig:
     pat_seq: np.ndarray | None = None
     spin_us: float | None = None
     name: str = "txn"
+    kernel_wrap: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.store, StateStore):
@@ -92,6 +98,8 @@ class TxnConfig:
                                  "bobox_sched.txn.baselines.pat_sequence)")
             if self.pat_seq.ndim != 2 or self.pat_seq.shape[1] != self.pat_partitions:
                 raise ValueError(f"pat_seq must be [ts, {self.pat_partitions}], got shape {self.pat_seq.shape}")
+        if self.kernel_wrap is not None and not callable(self.kernel_wrap):
+            raise ValueError(f"kernel_wrap must be callable, got {self.kernel_wrap!r}")
         if self.spin_us is not None and not (isinstance(self.spin_us, (int, float)) and self.spin_us > 0):
             raise ValueError(f"spin_us must be a positive number, got {self.spin_us!r}")
 

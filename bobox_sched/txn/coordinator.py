@@ -109,7 +109,7 @@ class Group:
         self.cfg = cfg
         self.request = request
         self.scheduler = scheduler
-        self.K = kernels()
+        self.K = kernels() if cfg.kernel_wrap is None else cfg.kernel_wrap(kernels())
         self.store = cfg.store
         self.store.acquire(self)
         request.future.add_done_callback(lambda _f, st=self.store: st.release(self))
@@ -151,7 +151,7 @@ class Group:
         self.live_versions = 0
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
                       "aborts": 0, "restored_chains": 0, "versions_peak": 0, "versions_total": 0,
-                      "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "empty_batches": 0,
+                      "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "state_access_s": 0.0, "empty_batches": 0,
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
         self._page_frac = self._segment_page_fractions()
         if cfg.cc != "tstream":
@@ -207,7 +207,7 @@ class Group:
 
     # -- state-access mode ------------------------------------------------------------------
     def _start_batch(self) -> None:
-        t0 = time.perf_counter()
+        t0 = self._t_batch = time.perf_counter()
         K, T, P = self.K, self.T, self.P
         insts = self.insts
         # Only what instances registered for *this* batch: one that ended in an earlier
@@ -373,7 +373,10 @@ class Group:
             self.punct_ts = None
             self.phase = COMPUTE
             waiters, self.gate_waiters = self.gate_waiters, []
-        st["coord_s"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        st["coord_s"] += t1 - t0
+        # wall time of state-access mode, last arrival to barrier 2: no instance computes
+        st["state_access_s"] += t1 - self._t_batch
         for inst in self.insts:
             schedule(inst.op, None, False)
         for op in waiters:

@@ -189,12 +189,15 @@ class Txn:
         raise ValueError(f"{table!r} is not a table of this operator's store")
 
     def _mask(self, where):
+        """(mask, use it?, rows to reserve): every row, an upper bound of the selected
+        ones -- counting them (``m.sum()``) would be one more GIL-held numpy call per
+        operation call, and the buffers grow geometrically anyway."""
         if where is None:
             return _EMPTY_B, False, self.n
         m = np.asarray(where)
         if m.shape != (self.n,) or m.dtype != np.bool_:
             raise ValueError(f"where= must be a boolean array of {self.n} rows")
-        return m, True, int(m.sum())
+        return m, True, self.n
 
     def _slot(self, into):
         if into is None:

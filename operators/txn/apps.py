@@ -59,11 +59,11 @@ class GrepSum(TransactionalOperator):
     def post_process(self, eb):
         out = {"ts": eb.ts, "t_in": eb["t_in"], "ok": eb.success}
         if self.with_sum:
-            s = np.zeros(eb.n)
-            rd = eb["read"]
-            for i in range(self.LENGTH):
-                s += np.where(rd, eb[f"r{i}"], 0.0)
-            out["sum"] = s
+            # the reads' sum (write events have no read results: NaN, masked once at the end)
+            s = eb["r0"].copy()
+            for i in range(1, self.LENGTH):
+                s += eb[f"r{i}"]
+            out["sum"] = np.where(eb["read"], s, 0.0)
         return out
 
 
