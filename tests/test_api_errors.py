@@ -459,7 +459,8 @@ def _chain(n, mid=Double):
 
 # -- the other policies: the issue's cases there too -----------------------------------
 
-ISSUE_MISUSE = [m for m in MISUSE if m[0] in ("after-close", "after-close-all", "none", "negative-rows")]
+ISSUE_MISUSE = [m for m in MISUSE if m[0] in ("after-close", "after-close-all", "none", "negative-rows",
+                                                 "close-unknown")]
 
 
 @pytest.mark.parametrize("policy", ["streams", "ordered"])

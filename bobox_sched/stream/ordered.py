@@ -63,7 +63,7 @@ import time
 from collections import deque
 
 from ..errors import OperatorError
-from ..operator import EOS, Context
+from ..operator import EOS, Context, _no_port
 from ..task import release
 from ..packet import Packet
 from . import model as _model
@@ -149,6 +149,10 @@ class OrderedContext(Context):
         self._out.append(punct)
 
     def close(self, port: str | None = None) -> None:
+        # A chain operator has at most one output (policies/ordered.py refuses more), so
+        # closing that port is closing all of them; a name it does not have is a bug.
+        if port is not None and port not in self.op._bx_outidx:
+            raise _no_port(self.op, "output", port)
         self._closed = True
 
     def finish(self) -> None:
