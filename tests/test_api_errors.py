@@ -273,17 +273,23 @@ MISUSE = [
 ]
 
 
+def _submit_misbehaving(s, cases):
+    """One src -> Misbehave(how) -> sink request per case, all submitted before any is awaited."""
+    handles = []
+    for how, _, _ in cases:
+        p = Plan(how)
+        p.add("src", Range, 10_000, 10)
+        p.add("bad", Misbehave, how)
+        p.add("sink", CountSink)
+        p.chain("src", "bad", "sink")
+        handles.append(s.submit(p))
+    return handles
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_protocol_misuse_fails_the_request_naming_the_operator(policy):
     with Scheduler(policy=policy) as s:
-        handles = []
-        for how, _, _ in MISUSE:
-            p = Plan(how)
-            p.add("src", Range, 10_000, 10)
-            p.add("bad", Misbehave, how)
-            p.add("sink", CountSink)
-            p.chain("src", "bad", "sink")
-            handles.append(s.submit(p))
+        handles = _submit_misbehaving(s, MISUSE)
         good = s.submit(_chain(10_000))
         for (how, exc, pattern), h in zip(MISUSE, handles):
             with pytest.raises(exc, match=pattern) as ei:
@@ -468,14 +474,7 @@ def test_issue_misuse_raises_under_every_policy(policy):
     """send after close(), send(None) and new_packet(-5) raise under the policies with
     their own contexts too (streams' threads, ordered's units), naming the operator."""
     with Scheduler(policy=policy) as s:
-        handles = []
-        for how, _, _ in ISSUE_MISUSE:
-            p = Plan(how)
-            p.add("src", Range, 10_000, 10)
-            p.add("bad", Misbehave, how)
-            p.add("sink", CountSink)
-            p.chain("src", "bad", "sink")
-            handles.append(s.submit(p))
+        handles = _submit_misbehaving(s, ISSUE_MISUSE)
         for (how, exc, pattern), h in zip(ISSUE_MISUSE, handles):
             with pytest.raises(exc, match=pattern):
                 h.result(HANG)
