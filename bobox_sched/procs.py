@@ -150,6 +150,24 @@ def _raise_terminated(signum, frame):
     raise Terminated(signum)
 
 
+def reraise_interrupt(e: BaseException) -> None:
+    """Raise the Ctrl-C or kill (``KeyboardInterrupt``, ``Terminated``) hidden in `e`'s
+    cause/context chain, if there is one.
+
+    A library may turn our interrupt into an ordinary error: py4j cleans up its socket on
+    ``KeyboardInterrupt`` and re-raises it, but pyspark's ``SCCallSiteSync.__exit__`` then
+    calls the dead gateway and its ``Py4JError`` replaces the interrupt (as ``__context__``).
+    Whoever catches ``Exception`` around such a call passes it here first, so that a kill
+    ends the command as a kill (exit 128 + signal), never as a retried or failed job."""
+    seen = set()
+    cur = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            raise cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+
+
 def install_signal_handlers() -> None:
     """SIGTERM and SIGHUP raise ``Terminated`` in the main thread (no-op elsewhere)."""
     if threading.current_thread() is not threading.main_thread():
@@ -168,4 +186,4 @@ def ignore_interrupts() -> None:
 
 
 __all__ = ["GRACE_S", "Terminated", "run", "kill_group", "kill_all", "live_children", "install_signal_handlers",
-           "ignore_interrupts"]
+           "ignore_interrupts", "reraise_interrupt"]

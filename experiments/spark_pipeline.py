@@ -100,6 +100,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
+from bobox_sched import procs
 from bobox_sched.errors import BoboxError
 from bobox_sched.tools import find_tool
 
@@ -282,6 +283,7 @@ def spark_session(master: str = DEFAULT_MASTER, app: str = "bobox", conf: dict |
     try:
         spark = builder.getOrCreate()
     except Exception as e:  # Java missing, a master refusing us, ...
+        procs.reraise_interrupt(e)
         raise BoboxError(f"cannot start Spark with master {url}: {_first_line(e)}") from None
     return spark
 
@@ -326,7 +328,9 @@ def _max_failures(spark) -> int:
 def _job_error(e: BaseException, what: str, attempts: int | None = None) -> BoboxError:
     """A one-line BoboxError from a failed Spark job: the query and partition named by
     our own executor-side error text when there is one. A job fails once a task has
-    failed `attempts` times (Spark 3 says so in the error, Spark 4 does not)."""
+    failed `attempts` times (Spark 3 says so in the error, Spark 4 does not). A Ctrl-C or
+    kill that py4j/pyspark turned into an error is raised as what it is."""
+    procs.reraise_interrupt(e)
     text = str(e)
     found = _FAIL_RE.findall(text)
     said = re.search(r"failed (\d+) times", text)
@@ -1521,6 +1525,7 @@ def spark_report(result_dirs, out, master: str = DEFAULT_MASTER, spark=None, pro
         rows = [r.asDict() for r in summary.collect()]
         tot = totals.collect()[0].asDict()
     except Exception as e:
+        procs.reraise_interrupt(e)
         raise DataError(f"cannot read the experiment CSVs: {_first_line(e)}") from None
     if tot["bad"]:
         _say(progress, f"{tot['bad']} rows without a numeric value left out")

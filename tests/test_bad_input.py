@@ -484,6 +484,35 @@ def test_interrupted_spark_datagen_leaves_nothing(tmp_path, sig):
     assert list(work.iterdir()) == []
 
 
+def test_a_kill_hidden_in_a_library_error_stays_a_kill():
+    """pyspark's call-site ``__exit__`` calls the gateway py4j just closed on our Terminated,
+    and its error replaces the kill (as ``__context__``): the Spark commands raise the kill
+    again instead of reporting (or retrying) a failed job. The CI failure this covers:
+    ``kill`` during ``spark datagen`` exited 2 with 'Answer from Java side is empty'."""
+    from bobox_sched import procs
+    from experiments.spark_pipeline import _job_error
+
+    class CallSite:  # the shape of pyspark.traceback_utils.SCCallSiteSync
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise RuntimeError("Answer from Java side is empty")
+
+    for interrupt in (procs.Terminated(signal.SIGTERM), KeyboardInterrupt()):
+        try:
+            with CallSite():
+                raise interrupt
+        except Exception as e:
+            hidden = e
+        assert isinstance(hidden, RuntimeError) and hidden.__context__ is interrupt
+        with pytest.raises(KeyboardInterrupt) as ei:
+            _job_error(hidden, "Spark datagen", 4)
+        assert ei.value is interrupt
+    # an ordinary failure is still reported as one
+    assert "Spark datagen failed in all 4 attempts" in str(_job_error(RuntimeError("boom"), "Spark datagen", 4))
+
+
 # ============================================================================ other cases
 
 
