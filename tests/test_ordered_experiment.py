@@ -56,6 +56,32 @@ def test_json_has_the_figures(tiny):
     assert set(s["hybrid_vs_partitioned_queries"]) == set(s["nonblocking_vs_lock_queries"]) == \
         {"q1", "q2", "q3", "q4", "q15"}
     assert "ct_peak_within_5pct" in s["goals"]
+    # figure 11: the bucket slices each scheme ran, and the goal per query at both p
+    for q in s["hybrid_vs_partitioned_queries"].values():
+        for label in ("hybrid", "partitioned", "partitioned_p100"):
+            assert q[label]["slices"] > 0
+    assert set(s["goals"]["hybrid_ge_partitioned_queries"]) == {"q1", "q2", "q3", "q4", "q15"}
+
+
+def test_figure_11_miss_names_the_slices():
+    """A per-query miss of figure 11 is explained with the slice counts the run measured."""
+    from experiments.ordered import goals
+
+    def peak(tp, slices, us):
+        return {"throughput": tp, "workers": 2, "latency_ms": 1.0, "slices": slices, "us_per_slice": us}
+
+    s = {"hybrid_vs_partitioned_queries": {
+        "q1": {"hybrid": peak(2.0, 9000, 7.5), "partitioned": peak(3.0, 180, 40.0),
+               "partitioned_p100": peak(1.5, 9000, 9.0), "ratio": 0.67, "ratio_partitioned_p100": 1.33},
+        "q2": {"hybrid": peak(1.0, 900, 7.5), "partitioned": peak(1.0, 90, 40.0),
+               "partitioned_p100": peak(0.9, 900, 9.0), "ratio": 1.0, "ratio_partitioned_p100": 1.11}}}
+    g = goals(s)
+    assert g["hybrid_ge_partitioned_queries"] == {"q1": False, "q2": True}
+    assert g["hybrid_ge_partitioned_queries_same_p"] == {"q1": True, "q2": True}
+    why = g["why_missed"]["figure_11"]
+    assert why.startswith("Q1 0.67: HYBRID-QUEUE ran 9000 bucket slices (7.5 us each, 67.5 ms busy)")
+    assert "p = 2 ran 180 (40.0 us each, 7.2 ms busy): 6.8 us per extra slice" in why
+    assert "Q2" not in why
 
 
 def test_csv_png_report(tiny):
