@@ -124,6 +124,32 @@ def run(args) -> int:
 
         check_data(ensure_data(args.data, None, progress=False))
 
+    # The files of this run form a set marked complete by a manifest written last
+    # (bobox_sched.outputs.ResultSet): removed before the first measurement, written once
+    # the experiment has written every file (each one atomically, by the experiment). It
+    # lists the files this run wrote, with their sizes; report.md is shared by the
+    # experiments (a section each), so it is not listed.
+    import sys
+    import time
+    from pathlib import Path
+
+    from bobox_sched.outputs import ResultSet
+
+    rs = ResultSet(args.out, manifest=f"_bobox_experiment_{args.name}.json", what="--out",
+                   command=["bobox", *sys.argv[1:]])
+    with rs:  # a clean exit writes the manifest
+        t0 = time.time() - 2.0  # file times may be coarser than the clock
+        summary = _dispatch(args)
+        for f in sorted(Path(rs.folder).iterdir()):
+            if f.is_file() and f.name != "report.md" and not f.name.startswith((".", "_bobox_")) \
+                    and f.stat().st_mtime >= t0:
+                rs.files[f.name] = f.stat().st_size
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def _dispatch(args) -> dict:
     if args.name == "regions":  # parallel regions (seed 001); not part of "all"
         from . import regions
 
@@ -148,6 +174,4 @@ def run(args) -> int:
         from . import locality
 
         summary = locality.run_experiment(args)
-    if args.json:
-        print(json.dumps(summary))
-    return 0
+    return summary

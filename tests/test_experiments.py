@@ -149,3 +149,36 @@ def test_bad_input(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot create output folder" in r.stderr
     r = run_cli("experiment", "packet-size", "--quick", "--data", str(tmp_path / "missing"), "--out", str(tmp_path))
     assert r.returncode == 2 and "data folder not found" in r.stderr
+
+
+def test_an_experiment_marks_its_complete_set_with_a_manifest(tmp_path, monkeypatch):
+    """The manifest lists the files the run wrote (sizes included) and is written last; a
+    run that fails leaves no manifest, also none from an earlier run of the same name."""
+    from bobox_sched.cli import build_parser
+    from bobox_sched.outputs import complete
+    from experiments import experiment_cli
+
+    out = tmp_path / "out"
+    manifest = "_bobox_experiment_numa-factor.json"
+    args = build_parser().parse_args(["experiment", "numa-factor", "--out", str(out)])
+
+    def fine(a):
+        (out / "numa-factor.csv").write_text("experiment,host\n")
+        (out / "report.md").write_text("# report\n")
+        return {"ok": True}
+
+    monkeypatch.setattr(experiment_cli, "_dispatch", fine)
+    assert experiment_cli.run(args) == 0
+    assert complete(out, manifest)
+    body = json.loads((out / manifest).read_text())
+    assert body["files"] == {"numa-factor.csv": {"bytes": 16}}  # report.md is shared: not listed
+    assert body["command"][0] == "bobox" and body["complete"] is True
+
+    def broken(a):
+        (out / "numa-factor.csv").write_text("half")
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(experiment_cli, "_dispatch", broken)
+    with pytest.raises(RuntimeError):
+        experiment_cli.run(args)
+    assert not (out / manifest).exists() and not complete(out, manifest)
