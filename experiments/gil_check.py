@@ -158,6 +158,16 @@ def _errors(cp) -> int:
     return int(m.group(1)) if m else 0
 
 
+def pyspy_fraction(gil: int, busy: int) -> tuple[float | None, float | None]:
+    """py-spy's serial fraction (GIL samples over busy samples) and its binomial standard
+    error. The two samplers run independently, so a worker that holds the GIL nearly all
+    the time can get more GIL samples than busy samples: the fraction is capped at 1."""
+    if not busy:
+        return None, None
+    frac = min(1.0, gil / busy)
+    return frac, math.sqrt(frac * (1 - frac) / busy)
+
+
 def sample(sched, run_once, exe: str, seconds: float = SECONDS, rate: int = RATE_HZ) -> dict:
     """Call `run_once()` (a workload on `sched`, e.g. one concurrent mix) over and over
     while the two samplers watch; return the sample counts, py-spy's fraction and the
@@ -208,7 +218,7 @@ def sample(sched, run_once, exe: str, seconds: float = SECONDS, rate: int = RATE
         rows_gil = parse_raw(f_gil.read_text())
     busy = worker_samples(rows_all, workers)
     gil = worker_samples(rows_gil, workers)
-    frac = gil / busy if busy else None
+    frac, err = pyspy_fraction(gil, busy)
     return {
         "workers": len(workers),
         "seconds": seconds,
@@ -218,7 +228,7 @@ def sample(sched, run_once, exe: str, seconds: float = SECONDS, rate: int = RATE
         "gil_samples": gil,
         "sample_errors": _errors(box["all"]) + _errors(box["gil"]),
         "pyspy_fraction": frac,
-        "pyspy_stderr": math.sqrt(frac * (1 - frac) / busy) if busy else None,
+        "pyspy_stderr": err,
         "serial_fraction": serial_fraction(after["busy_s"] - before["busy_s"], after["released_s"] - before["released_s"]),
     }
 

@@ -129,3 +129,14 @@ def test_bench_gil_cli_refuses_bad_numbers():
             raise SystemExit(rc)
         assert ex.value.code == 2, args
         assert err.getvalue().strip().splitlines()[-1].startswith("error: "), (args, err.getvalue())
+
+
+def test_pyspy_fraction_is_capped_when_the_gil_sampler_saw_more():
+    """The two py-spy samplers are independent: a GIL-bound worker may get more GIL samples
+    than busy samples (a CI run under 3.12 got a math domain error from the standard error)."""
+    from experiments.gil_check import pyspy_fraction
+
+    assert pyspy_fraction(210, 200) == (1.0, 0.0)
+    frac, err = pyspy_fraction(50, 200)
+    assert frac == 0.25 and abs(err - (0.25 * 0.75 / 200) ** 0.5) < 1e-12
+    assert pyspy_fraction(3, 0) == (None, None)
