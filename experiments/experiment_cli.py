@@ -20,7 +20,7 @@ MAX_EVENTS = 1_000_000_000  # events per run of the tstream experiment (same bou
 # TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
 ONLY = {
     "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
-    "emulate": ("ordered",), "ops": ("streams",), "events": ("tstream",),
+    "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "events": ("tstream",),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.
@@ -64,6 +64,9 @@ def add_arguments(p) -> None:
     p.add_argument("--ops", type=count(MAX_OPS, minimum=10), default=None, metavar="N",
                    help="streams: worker operators per graph (default 1000, 100 with --quick; at least 10, the "
                    "mixed graph is 10 pipelines)")
+    p.add_argument("--shapes", metavar="LIST", default=None,
+                   help="streams: which graph shapes, e.g. mixed or pipeline,dp (default all of pipeline, dp, "
+                   "mixed; run in that order)")
     p.add_argument("--events", type=count(MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
@@ -100,6 +103,25 @@ def _check_ordered_args(args) -> None:
                                                                   if allowed else "positive integers"))
 
 
+def parse_shapes(v: str | None) -> tuple[str, ...] | None:
+    """--shapes LIST of the streams experiment: the named graph shapes in the order of
+    ``streams_ops.SHAPES`` (None: all); a one-line error for a bad list."""
+    from bobox_sched.errors import BoboxError
+
+    from .streams_ops import SHAPES
+
+    if v is None:
+        return None
+    xs = [x.strip() for x in v.split(",")]
+    bad = [x for x in xs if x not in SHAPES]
+    if bad:
+        raise BoboxError(f"--shapes: {bad[0]!r} is not a graph shape; pick from {', '.join(SHAPES)}, comma separated")
+    dup = next((x for x in SHAPES if xs.count(x) > 1), None)
+    if dup:
+        raise BoboxError(f"--shapes: {dup!r} is named twice in {v!r}")
+    return tuple(x for x in SHAPES if x in xs)
+
+
 def run(args) -> int:
     import json
 
@@ -114,6 +136,8 @@ def run(args) -> int:
         raise BoboxError(f"--virtual-nodes {args.virtual_nodes}: this machine has only {cpus} CPUs to split")
     if args.name == "ordered":
         _check_ordered_args(args)
+    elif args.name == "streams":
+        parse_shapes(args.shapes)
     elif args.name == "policies":
         from .policies import check_args
 

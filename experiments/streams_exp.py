@@ -25,6 +25,10 @@ rule's minimum of 2 would equal the CPU count, leaving nothing to adapt) and
 ``max_level = 2 x CPUs``; both are recorded as deviations in the report. A last run per
 mode changes the load in the middle (the mixed graph's cost drops 1000x) to see how many
 periods the elastic level needs to settle again.
+
+``--shapes`` (``shapes=``) runs a subset of the shapes, in ``SHAPES`` order: the figures,
+the summary and the report then cover those shapes only; the data-parallel goal needs
+``dp``, and the mixed-graph goal and the load-change runs need ``mixed``.
 """
 
 from __future__ import annotations
@@ -168,8 +172,21 @@ def settle_periods(trace, t_change: float) -> int | None:
     return last_change
 
 
-def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) -> dict:
-    """Run the experiment; `overrides` replaces settings (tests shrink the run lengths)."""
+def chosen_shapes(shapes) -> tuple[str, ...]:
+    """`shapes` (names, any order; None: all) as a tuple in ``SHAPES`` order."""
+    if shapes is None:
+        return SHAPES
+    names = list(shapes)
+    bad = [s for s in names if s not in SHAPES]
+    if bad or not names or len(set(names)) != len(names):
+        raise ValueError(f"shapes must be distinct names among {', '.join(SHAPES)}, got {names!r}")
+    return tuple(s for s in SHAPES if s in names)
+
+
+def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, shapes=None) -> dict:
+    """Run the experiment; `overrides` replaces settings (tests shrink the run lengths);
+    `shapes` picks graph shapes (default all; see the module doc)."""
+    shapes = chosen_shapes(shapes)
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cfg = settings_for(ctx.quick, ncpu, n_ops)
     cfg.update(overrides or {})
@@ -188,8 +205,10 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) ->
     series = [("manual", {"model": "manual"}, False), ("dedicated", {"model": "dedicated"}, False)]
     series += [(f"dynamic-{t}", {"threads": t}, False) for t in cfg["sweep"]]
     series += [("elastic", dict(el_kw, cpu_limit=0.8), True), ("elastic-nocap", dict(el_kw, cpu_limit=1.0), True)]
-    runs = [(shape, c, name, kw, el) for shape in SHAPES for c in COSTS[shape] for name, kw, el in series]
-    bar = ctx.bar(len(runs) + 2, "streams")
+    runs = [(shape, c, name, kw, el) for shape in shapes for c in COSTS[shape] for name, kw, el in series]
+    # The load-change runs use the mixed graph.
+    change_forms = (("elastic-nocap", "oss"), ("elastic-nocap-paper", "paper")) if "mixed" in shapes else ()
+    bar = ctx.bar(len(runs) + len(change_forms), "streams")
     res: dict = {}
     fifo_ok = True
     for shape, c, name, kw, el in runs:
@@ -215,7 +234,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) ->
         bar.update(1)
     # A change of load (mixed graph, cost 1000 -> 1 half-way): how fast elastic settles.
     changes = {}
-    for name, form in (("elastic-nocap", "oss"), ("elastic-nocap-paper", "paper")):
+    for name, form in change_forms:
         kw = dict(el_kw, cpu_limit=1.0, form=form)
         half = cfg["elastic_s"] / 2
         r = run_once("mixed", ops, 1000, {"queue_capacity": queue_for("mixed", ops), **kw}, cfg["elastic_s"],
@@ -230,20 +249,23 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None) ->
         bar.update(1)
     bar.close()
     rec.write()
-    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series)
+    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes)
 
 
-def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series) -> dict:
+def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> dict:
     COSTS = cfg["costs"]  # noqa: N806
 
     def v(shape, c, name):
         return res[(shape, c, name)]["value"]
 
     static_names = [n for n, _, el in series if n.startswith("dynamic-")]
-    out = {"fifo_ok": fifo_ok, "static": {}, "elastic": {}, "elastic_uncapped": {}, "manual": {}, "dedicated": {},
-           "elastic_vs_best_static": {}, "elastic_uncapped_vs_best_static": {}, "dynamic_vs_dedicated": {},
-           "dynamic_vs_manual": {}, "ctx_switches": {}, "loadavg": {}, "tuples_per_cpu_s": {}}
-    for shape in SHAPES:
+    # dynamic_vs_*: the mixed-graph goal, only when the mixed graph runs.
+    keys = ["static", "elastic", "elastic_uncapped", "manual", "dedicated", "elastic_vs_best_static",
+            "elastic_uncapped_vs_best_static"] + (["dynamic_vs_dedicated", "dynamic_vs_manual"]
+                                                  if "mixed" in shapes else []) + [
+        "ctx_switches", "loadavg", "tuples_per_cpu_s"]
+    out = {"fifo_ok": fifo_ok, "shapes": list(shapes)} | {k: {} for k in keys}
+    for shape in shapes:
         for key in ("static", "elastic", "elastic_uncapped", "manual", "dedicated", "elastic_vs_best_static",
                     "elastic_uncapped_vs_best_static", "ctx_switches", "loadavg", "tuples_per_cpu_s"):
             out[key][shape] = {}
@@ -264,22 +286,23 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series) -> dict:
             if shape == "mixed":
                 out["dynamic_vs_dedicated"][str(c)] = round(best / max(v(shape, c, "dedicated"), 1e-9), 3)
                 out["dynamic_vs_manual"][str(c)] = round(best / max(v(shape, c, "manual"), 1e-9), 3)
-    out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
-                                 "levels_after": d["levels_after"]} for form, d in changes.items()}
+    if changes:
+        out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
+                                     "levels_after": d["levels_after"]} for form, d in changes.items()}
     out["settings"] = {k: cfg[k] for k in ("ops", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
                                            "min_level", "max_level")} | {
-        "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in SHAPES}}
-    _plot(ctx, res, series, static_names, changes, cfg)
-    _report(ctx, out, cfg, ncpu, res, static_names)
+        "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes}}
+    _plot(ctx, res, series, static_names, changes, cfg, shapes)
+    _report(ctx, out, cfg, ncpu, res, static_names, shapes)
     return out
 
 
-def _plot(ctx, res, series, static_names, changes, cfg) -> None:
+def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
     COSTS = cfg["costs"]  # noqa: N806
     plt = _plt()
-    ncol = max(len(c) for c in COSTS.values())
-    fig, axes = plt.subplots(3, ncol, figsize=(4.7 * ncol, 11), squeeze=False)
-    for i, shape in enumerate(SHAPES):
+    ncol = max(len(COSTS[s]) for s in shapes)
+    fig, axes = plt.subplots(len(shapes), ncol, figsize=(4.7 * ncol, 11 / 3 * len(shapes)), squeeze=False)
+    for i, shape in enumerate(shapes):
         for k, c in enumerate(COSTS[shape]):
             ax = axes[i][k]
             ts = [int(n.split("-")[1]) for n in static_names]
@@ -301,8 +324,11 @@ def _plot(ctx, res, series, static_names, changes, cfg) -> None:
     fig.tight_layout()
     _save(fig, ctx, "streams")
     # Fig. 10: single elastic runs over time, plus the load-change runs.
-    picks = [("pipeline", COSTS["pipeline"][0]), ("dp", COSTS["dp"][-1]), ("mixed", COSTS["mixed"][-1])]
-    fig, grid = plt.subplots(2, 3, figsize=(16, 7.5))
+    picks = [(s, COSTS[s][0] if s == "pipeline" else COSTS[s][-1]) for s in shapes]
+    n_panels = len(picks) + len(changes)  # 5 with every shape: 2 x 3
+    ncols = min(3, n_panels)
+    nrows = -(-n_panels // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(16 / 3 * ncols, 3.75 * nrows), squeeze=False)
     axes = list(grid.flat)
     for ax in axes[len(picks) + len(changes):]:
         ax.axis("off")
@@ -329,11 +355,11 @@ def _trace(ax, tr, title) -> None:
     ax.set_title(title, fontsize=9)
 
 
-def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
+def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
     COSTS = cfg["costs"]  # noqa: N806
-    n_points = sum(len(c) for c in COSTS.values())
+    n_points = sum(len(COSTS[s]) for s in shapes)
     rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         for c in COSTS[shape]:
             st = out["static"][shape][str(c)]
             best_t = max(st, key=lambda t: st[t])
@@ -344,27 +370,46 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
                          out["elastic_vs_best_static"][shape][str(c)],
                          out["elastic_uncapped_vs_best_static"][shape][str(c)]])
     cs_rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         c = COSTS[shape][-1]
         d = out["ctx_switches"][shape][str(c)]
         la = out["loadavg"][shape][str(c)]
         cs_rows.append([f"{shape}:{c}"] + [f"{d[n]} / {la[n]}" for n in ("manual", "dedicated", static_names[-1],
                                                                             "elastic")])
     eff_rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         for c in COSTS[shape]:
             e = out["tuples_per_cpu_s"][shape][str(c)]
             eff_rows.append([shape, c] + [f"{e[n]:g}" for n in ["manual", "dedicated", *static_names, "elastic-nocap"]])
-    mixed_ok = all(out["dynamic_vs_dedicated"][k] >= 1 and out["dynamic_vs_manual"][k] >= 1
-                   for k in out["dynamic_vs_dedicated"])
-    within = sum(1 for s in SHAPES for c in COSTS[s] if out["elastic_uncapped_vs_best_static"][s][str(c)] >= 0.9)
-    within_cap = sum(1 for s in SHAPES for c in COSTS[s] if out["elastic_vs_best_static"][s][str(c)] >= 0.9)
-    c1 = str(COSTS["dp"][0])
-    dp1 = out["static"]["dp"][c1]
-    dp1_manual_best = out["manual"]["dp"][c1] >= max(dp1.values()) and \
-        out["manual"]["dp"][c1] >= out["dedicated"]["dp"][c1]
-    lc = out["load_change"]
+    within = sum(1 for s in shapes for c in COSTS[s] if out["elastic_uncapped_vs_best_static"][s][str(c)] >= 0.9)
+    within_cap = sum(1 for s in shapes for c in COSTS[s] if out["elastic_vs_best_static"][s][str(c)] >= 0.9)
+    goals = [f"- elastic within 10 % of the best static point: {within_cap}/{n_points} with the CPU cap, "
+             f"{within}/{n_points} without;"]
+    if "mixed" in shapes:
+        mixed_ok = all(out["dynamic_vs_dedicated"][k] >= 1 and out["dynamic_vs_manual"][k] >= 1
+                       for k in out["dynamic_vs_dedicated"])
+        goals.append(f"- mixed graph, dynamic (best static) >= dedicated and >= manual at every cost: "
+                     f"{'yes' if mixed_ok else 'no'} (dynamic/dedicated {out['dynamic_vs_dedicated']}, "
+                     f"dynamic/manual {out['dynamic_vs_manual']});")
+    if "dp" in shapes:
+        c1 = str(COSTS["dp"][0])
+        dp1 = out["static"]["dp"][c1]
+        dp1_manual_best = out["manual"]["dp"][c1] >= max(dp1.values()) and \
+            out["manual"]["dp"][c1] >= out["dedicated"]["dp"][c1]
+        goals.append(f"- data parallel at cost {c1}: manual best: {'yes' if dp1_manual_best else 'no'}; elastic "
+                     f"level {out['elastic']['dp'][c1]['level']} (cap) / "
+                     f"{out['elastic_uncapped']['dp'][c1]['level']} (no cap), minimum {cfg['min_level'] or 'default'};")
+    if "load_change" in out:
+        lc = out["load_change"]
+        goals.append(f"- load change (mixed, cost 1000 -> 1 half-way, no cap): levels in the periods after it "
+                     f"{lc['oss']['levels_after']}, last change after {lc['oss']['settle_periods']} periods (OSS form: "
+                     f"its noise filter needs 6 periods in a row to see a change) and {lc['paper']['levels_after']}, "
+                     f"{lc['paper']['settle_periods']} (paper form; None: still moving when the run ended);")
+    goals.append(f"- per-edge order held in every run: {'yes' if out['fifo_ok'] else 'NO'}.")
     notes = []
+    if tuple(shapes) != SHAPES:
+        notes.append(f"Graph shapes run: {', '.join(shapes)} only (`--shapes`); the goals of the other shapes are "
+                     "not measured.")
     if cfg["small_machine"]:
         notes.append(f"This machine has {ncpu} CPUs: elastic runs use `min_level=1` (the deadlock rule's 2 would "
                      f"equal the CPU count) and `max_level={cfg['max_level']}` (2 x CPUs, oversubscribed), a "
@@ -376,7 +421,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
                      + (": the machine was shared with other work, so each run got a share of the CPUs that grew "
                         "with its number of runnable threads; absolute figures and ratios carry that noise (the "
                         "tuples-per-CPU-second table does not)." if busy else "."))
-    queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in SHAPES)
+    queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in shapes)
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); one-row "
         f"tuples; queues of {queues_txt} "
@@ -399,20 +444,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names) -> None:
         + _md_table(["shape", "FLOP/tuple", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
         + _md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
-        + "\n\nGoals (issue 13):\n\n"
-        f"- elastic within 10 % of the best static point: {within_cap}/{n_points} with the CPU cap, "
-        f"{within}/{n_points} without;\n"
-        f"- mixed graph, dynamic (best static) >= dedicated and >= manual at every cost: "
-        f"{'yes' if mixed_ok else 'no'} (dynamic/dedicated {out['dynamic_vs_dedicated']}, "
-        f"dynamic/manual {out['dynamic_vs_manual']});\n"
-        f"- data parallel at cost {c1}: manual best: {'yes' if dp1_manual_best else 'no'}; elastic level "
-        f"{out['elastic']['dp'][c1]['level']} (cap) / {out['elastic_uncapped']['dp'][c1]['level']} (no cap), "
-        f"minimum {cfg['min_level'] or 'default'};\n"
-        f"- load change (mixed, cost 1000 -> 1 half-way, no cap): levels in the periods after it "
-        f"{lc['oss']['levels_after']}, last change after {lc['oss']['settle_periods']} periods (OSS form: its noise "
-        f"filter needs 6 periods in a row to see a change) and {lc['paper']['levels_after']}, "
-        f"{lc['paper']['settle_periods']} (paper form; None: still moving when the run ended);\n"
-        f"- per-edge order held in every run: {'yes' if out['fifo_ok'] else 'NO'}.\n\n"
+        + "\n\nGoals (issue 13):\n\n" + "\n".join(goals) + "\n\n"
         "![figs 8-9](streams.png)\n\n![fig 10](streams-elastic.png)\n")
     write_section(ctx, "streams", "IBM Streams threading models (Schneider & Wu, Figs. 8-10)", body)
 
@@ -430,6 +462,7 @@ def run(args) -> dict:
     import topology as T
     from bobox_sched.errors import BoboxError
 
+    from .experiment_cli import parse_shapes
     from .locality import Ctx
 
     out = Path(args.out)
@@ -443,7 +476,7 @@ def run(args) -> dict:
     ctx.topo = T.probe()
     t0 = time.perf_counter()
     print("[experiment] streams ...", file=sys.stderr, flush=True)
-    summary = exp_streams(ctx, args.ops)
+    summary = exp_streams(ctx, args.ops, shapes=parse_shapes(getattr(args, "shapes", None)))
     print(f"[experiment] streams done in {time.perf_counter() - t0:.1f} s -> {out}/streams.csv, streams.png, "
           f"streams-elastic.png, report.md", file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}")

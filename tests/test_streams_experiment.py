@@ -67,12 +67,87 @@ def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
     assert report.count("<!-- bobox:streams -->") == 1 and "Known deviation" in report and "placement `fill`" in report
 
 
+@pytest.mark.slow
+def test_one_shape_runs_alone(tmp_path):
+    """shapes=["mixed"]: only the mixed graph runs (its goal and the load-change runs
+    included); the figures and the report cover it alone."""
+    import topology as T
+
+    ctx = Ctx(out=tmp_path, repeat=1, quick=True, data_arg=None, sf=None, threads_per_node=None, virtual_nodes=None,
+              progress=False, command="bobox experiment streams --shapes mixed (test)")
+    ctx.topo = T.probe()
+    costs = {"pipeline": (1,), "dp": (10_000,), "mixed": (100,)}
+    out = exp_streams(ctx, 10, {"sample_s": 0.2, "static_s": 0.4, "period_s": 0.2, "elastic_s": 1.2,
+                                "sweep": [1, 2], "costs": costs}, shapes=["mixed"])
+    assert out["shapes"] == ["mixed"] and out["fifo_ok"] is True
+    for key in ("static", "elastic", "elastic_uncapped", "manual", "dedicated", "elastic_vs_best_static"):
+        assert set(out[key]) == {"mixed"}, key
+    assert set(out["static"]["mixed"]["100"]) == {"1", "2"}
+    assert set(out["dynamic_vs_dedicated"]) == set(out["dynamic_vs_manual"]) == {"100"}
+    assert set(out["load_change"]) == {"oss", "paper"}
+    assert set(out["settings"]["queue_capacity"]) == {"mixed"}
+    json.dumps(out)
+    _header, rows = read_csv(tmp_path / "streams.csv")
+    assert {r["x"].split(":")[0] for r in rows} == {"mixed"}
+    check_png(tmp_path / "streams.png")
+    check_png(tmp_path / "streams-elastic.png")
+    report = (tmp_path / "report.md").read_text()
+    assert "mixed only (`--shapes`)" in report and "mixed graph, dynamic" in report
+    assert "data parallel at cost" not in report and "| pipeline |" not in report
+
+
+@pytest.mark.slow
+def test_shapes_without_mixed_skip_its_goal_and_the_load_change(tmp_path):
+    import topology as T
+
+    ctx = Ctx(out=tmp_path, repeat=1, quick=True, data_arg=None, sf=None, threads_per_node=None, virtual_nodes=None,
+              progress=False, command="bobox experiment streams --shapes dp (test)")
+    ctx.topo = T.probe()
+    out = exp_streams(ctx, 10, {"sample_s": 0.2, "static_s": 0.4, "period_s": 0.2, "elastic_s": 0.6,
+                                "sweep": [1], "costs": {"dp": (1,)}}, shapes=("dp",))
+    assert out["shapes"] == ["dp"] and set(out["static"]) == {"dp"}
+    assert "dynamic_vs_manual" not in out and "load_change" not in out
+    check_png(tmp_path / "streams.png")
+    check_png(tmp_path / "streams-elastic.png")
+    report = (tmp_path / "report.md").read_text()
+    assert "data parallel at cost 1" in report and "mixed graph, dynamic" not in report and "load change" not in report
+
+
+def test_shapes_are_taken_in_their_order_and_checked():
+    from experiments.experiment_cli import parse_shapes
+    from experiments.streams_exp import chosen_shapes
+
+    assert parse_shapes(None) is None and chosen_shapes(None) == SHAPES
+    assert parse_shapes("mixed,pipeline") == chosen_shapes(["mixed", "pipeline"]) == ("pipeline", "mixed")
+    for bad in ([], ["dp", "dp"], ["star"]):
+        with pytest.raises(ValueError):
+            chosen_shapes(bad)
+
+
+@pytest.mark.parametrize("value,msg", [
+    ("star", "'star' is not a graph shape"),
+    ("", "'' is not a graph shape"),
+    ("dp,", "'' is not a graph shape"),
+    ("mixed,Pipeline", "'Pipeline' is not a graph shape"),
+    ("dp,mixed,dp", "'dp' is named twice"),
+])
+def test_bad_shapes(tmp_path, value, msg):
+    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", "--quick", "--shapes", value,
+                        "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --shapes") and msg in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
 def test_bad_input():
     for args, msg in ((["--ops", "5"], "--ops must be"), (["--ops", "10001"], "--ops must be"),
                       (["--repeat", "3"], "--repeat does not apply")):
         r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error:") and msg in r.stderr
-    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "balancer", "--ops", "100"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "--ops applies to 'bobox experiment streams' only" in r.stderr
+    for args in (["balancer", "--ops", "100"], ["ordered", "--shapes", "mixed"]):
+        r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", *args],
+                           capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1
+        assert lines[0] == f"error: {args[1]} applies to 'bobox experiment streams' only"
