@@ -144,15 +144,37 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
                     if m["latency_ms"] is not None:
                         rec.add(f"{q}/{h}", w, "latency_ms", m["latency_ms"], r, "ms")
                     rec.add(f"{q}/{h}", w, "decision_us", m["decision_us"] or 0, r, "us")
+                    # per operator: what a heuristic's allotments cost (why_missed, figure 8)
+                    for st in m["chain"] or ():
+                        if st["kind"] in ("stateless", "partitioned", "stateful"):
+                            for key in ("busy_s", "reorder_contended", "rows_per_unit"):
+                                rec.add(f"{q}/{h}/{st['operator']}", w, key, st[key] or 0, r, "")
                     bar.update(1)
         for h in HEURISTICS:
             tp = {w: rec.median(f"{q}/{h}", w, "throughput") for w in workers}
             peak_w = max(tp, key=tp.get)
             out[h][q] = {"throughput": round(tp[peak_w], 1), "workers_at_peak": peak_w,
                          "latency_ms": _r(rec.median(f"{q}/{h}", peak_w, "latency_ms")),
-                         "by_workers": {str(w): round(tp[w], 1) for w in workers}}
+                         "by_workers": {str(w): round(tp[w], 1) for w in workers},
+                         "operators": _operators_at(rec, f"{q}/{h}", peak_w)}
     bar.close()
     return out
+
+
+def _operators_at(rec, prefix: str, w: int) -> dict:
+    """{operator: {busy_ms, reorder_contended, rows_per_unit}}: medians over the repeats
+    of one heuristic on one query at `w` workers (the series ``prefix/<operator>``)."""
+    ops = {}
+    for series in dict.fromkeys(row["series"] for row in rec.rows):
+        if series.startswith(prefix + "/"):
+            name = series[len(prefix) + 1:]
+            busy = rec.median(series, w, "busy_s")
+            if busy is None:
+                continue
+            ops[name] = {"busy_ms": round(busy * 1e3, 2),
+                         "reorder_contended": rec.median(series, w, "reorder_contended"),
+                         "rows_per_unit": _r(rec.median(series, w, "rows_per_unit"), 2)}
+    return ops
 
 
 def _r(x, k=4):
@@ -521,6 +543,35 @@ def why_missed(s: dict, g: dict) -> dict:
     sentence (the JSON holds the numbers themselves: ``fig9_detail``,
     ``light_operator``)."""
     out = {}
+    h, ct = s.get("heuristics"), g.get("ct_peak_within_5pct")
+    if h and ct:
+        parts = []
+        for q, ratio in ct.items():
+            if ratio >= 0.95:
+                continue
+            best = max(HEURISTICS, key=lambda x: h[x][q]["throughput"])
+            a, b = h["ct"][q], h[best][q]
+            oa, ob = a.get("operators") or {}, b.get("operators") or {}
+            text = (f"{q.upper()} {ratio:.2f}: CT peaked at {a['throughput'] / 1e3:.0f} k rows/s "
+                    f"({a['workers_at_peak']} workers), {best.upper()} at {b['throughput'] / 1e3:.0f} k "
+                    f"({b['workers_at_peak']})")
+            common = [o for o in oa if o in ob]
+            if common:
+                top = max(common, key=lambda o: oa[o]["busy_ms"] - ob[o]["busy_ms"])
+                ta, tb = oa[top], ob[top]
+                text += (f"; the operators were busy {sum(oa[o]['busy_ms'] for o in common):.1f} vs "
+                         f"{sum(ob[o]['busy_ms'] for o in common):.1f} ms, most of the difference in `{top}` "
+                         f"({ta['busy_ms']} vs {tb['busy_ms']} ms, {ta['rows_per_unit']} vs {tb['rows_per_unit']} "
+                         f"rows per unit, {ta['reorder_contended']:g} vs {tb['reorder_contended']:g} contended "
+                         "reorder exits)")
+            parts.append(text)
+        if parts:
+            out["figure_8"] = (
+                "; ".join(parts) + ". Busy time is the wall time workers spent inside an operator, GIL waits "
+                "included, for the same rows under every heuristic: more of it means each unit took longer, "
+                "because it was cut smaller (rows per unit), because two workers met in its reorder buffer "
+                "(contended exits), or because it waited for the GIL while CT ran another operator's Python on "
+                "the other worker at the same time.")
     hp, det = s.get("hybrid_vs_partitioned"), s.get("fig9_detail")
     if hp and det and not (g.get("hybrid_ge_partitioned") and g.get("gap_grows_with_skew")):
         sk = [det[k] for k in ("0.05", "0.1") if k in det]

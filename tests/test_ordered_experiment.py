@@ -56,6 +56,11 @@ def test_json_has_the_figures(tiny):
     assert set(s["hybrid_vs_partitioned_queries"]) == set(s["nonblocking_vs_lock_queries"]) == \
         {"q1", "q2", "q3", "q4", "q15"}
     assert "ct_peak_within_5pct" in s["goals"]
+    # figure 8: per-operator busy time, contention and unit size at each heuristic's peak
+    for h in s["heuristics"].values():
+        for q in h.values():
+            assert q["operators"] and all({"busy_ms", "reorder_contended", "rows_per_unit"} == set(o)
+                                          for o in q["operators"].values())
     # figure 11: the bucket slices each scheme ran, and the goal per query at both p
     for q in s["hybrid_vs_partitioned_queries"].values():
         for label in ("hybrid", "partitioned", "partitioned_p100"):
@@ -81,6 +86,32 @@ def test_figure_11_miss_names_the_slices():
     why = g["why_missed"]["figure_11"]
     assert why.startswith("Q1 0.67: HYBRID-QUEUE ran 9000 bucket slices (7.5 us each, 67.5 ms busy)")
     assert "p = 2 ran 180 (40.0 us each, 7.2 ms busy): 6.8 us per extra slice" in why
+    assert "Q2" not in why
+
+
+def test_figure_8_miss_names_the_operator():
+    """CT below 95 % of the best heuristic on a query is explained with the per-operator
+    busy time, unit size and reorder contention the run measured."""
+    from experiments.ordered import goals
+
+    def peak(tp, lat, ops):
+        return {"throughput": tp, "workers_at_peak": 2, "latency_ms": lat, "by_workers": {"2": tp},
+                "operators": {n: {"busy_ms": b, "reorder_contended": c, "rows_per_unit": u}
+                              for n, (b, c, u) in ops.items()}}
+
+    fast = {"filter": (96.0, 0, 6870.0), "pairs": (43.0, 0, 2.2)}
+    slow = {"filter": (96.0, 0, 6870.0), "pairs": (66.0, 15, 1.9)}
+    s = {"heuristics": {
+        "ct": {"q1": peak(1_377_000, 40.0, slow), "q2": peak(1_000_000, 40.0, fast)},
+        "lp": {"q1": peak(1_510_000, 30.0, fast), "q2": peak(1_010_000, 30.0, fast)},
+        "et": {"q1": peak(1_100_000, 90.0, fast), "q2": peak(900_000, 90.0, fast)},
+        "qst": {"q1": peak(1_100_000, 80.0, fast), "q2": peak(900_000, 80.0, fast)}}}
+    g = goals(s)
+    assert g["ct_peak_within_5pct"] == {"q1": 0.9119, "q2": 0.9901}
+    why = g["why_missed"]["figure_8"]
+    assert why.startswith("Q1 0.91: CT peaked at 1377 k rows/s (2 workers), LP at 1510 k (2)")
+    assert "busy 162.0 vs 139.0 ms, most of the difference in `pairs` (66.0 vs 43.0 ms, 1.9 vs 2.2 rows per " \
+           "unit, 15 vs 0 contended reorder exits)" in why
     assert "Q2" not in why
 
 
