@@ -134,7 +134,9 @@ class PS(PartitionedOperator):
 
     def on_slice(self, ctx, rows, state, emit):
         b = int(self.bucket_ids(Packet({"k": rows["k"][:1]}))[0]) if rows.nrows else None
-        g = _guard(self, min(self.max_parallelism, self.partitions))
+        p = self._partitioning()[1]
+        g = _guard(self, min(self.max_parallelism, p))
+        g.p = p  # the bucket count this run used (partitions="auto": the runtime's)
         g.enter(b)
         try:
             if self.shake and rows.nrows % self.shake == 0:

@@ -63,9 +63,13 @@ def test_json_has_the_figures(tiny):
                                           for o in q["operators"].values())
     # figure 11: the bucket slices each scheme ran, and the goal per query at both p
     for q in s["hybrid_vs_partitioned_queries"].values():
-        for label in ("hybrid", "partitioned", "partitioned_p100"):
+        for label in ("hybrid", "partitioned", "partitioned_p100", "hybrid_auto"):
             assert q[label]["slices"] > 0
+        # partitions="auto" (p = 2 x workers) cuts a packet into fewer slices than p = 100
+        assert q["hybrid_auto"]["slices"] < q["hybrid"]["slices"]
+        assert q["ratio_auto"] == round(q["hybrid_auto"]["throughput"] / q["partitioned"]["throughput"], 4)
     assert set(s["goals"]["hybrid_ge_partitioned_queries"]) == {"q1", "q2", "q3", "q4", "q15"}
+    assert set(s["goals"]["hybrid_auto_ge_partitioned_queries"]) == {"q1", "q2", "q3", "q4", "q15"}
 
 
 def test_figure_11_miss_names_the_slices():

@@ -142,7 +142,7 @@ def chains(draw):
             chain.append(("sl", mode, kw))
         elif kind == "ps":
             kw = {"skip": draw(st.sampled_from([0, 2, 5])), "dup": draw(st.booleans()),
-                  "partitions": draw(st.sampled_from([1, 3, 16, 100])),
+                  "partitions": draw(st.sampled_from([1, 3, 16, 100, "auto"])),
                   "par": draw(st.sampled_from([1, 2, 1 << 20])), "shake": draw(st.sampled_from([0, 3]))}
             if draw(st.booleans()):
                 kw.update(partitioner="range", key_range=(0, draw(st.integers(5, 60))))
@@ -150,6 +150,19 @@ def chains(draw):
         else:
             chain.append(("sf",))
     return chain
+
+
+def auto_resolved(chain, workers):
+    """`chain` with partitions="auto" replaced by the p the ordered policy picks for
+    `workers`: with row_order="packet" a packet's rows come out in bucket order, so the
+    sequential reference needs the same p (with "exact" any p gives the same egress)."""
+    out = []
+    for spec in chain:
+        if spec[0] == "ps" and spec[1].get("partitions") == "auto":
+            m = min(spec[1].get("par", 1 << 20), workers)
+            spec = ("ps", {**spec[1], "partitions": 1 if m == 1 else min(100, 2 * m)})
+        out.append(spec)
+    return out
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -162,7 +175,7 @@ def test_random_chains(chain, seed, heuristic, reorder, scheme, capacity, row_or
     rng = np.random.default_rng(seed)
     items = make_items(int(rng.integers(0, 40)), 40, int(rng.integers(1, 80)), rng, zipf=zipf,
                        empty_every=int(rng.integers(0, 5)), window_every=int(rng.integers(0, 4)))
-    ref = sequential(chain, items, row_order=row_order)
+    ref = sequential(chain if row_order == "exact" else auto_resolved(chain, workers), items, row_order=row_order)
     check_run(chain, items, next(_ids), ref, workers=workers, heuristic=heuristic, reorder=reorder,
               scheme=scheme, capacity=capacity, row_order=row_order, worklist=worklist)
 
@@ -194,6 +207,52 @@ def test_spin_mode_matches_too():
     chain = [("sl", "flatmap", {"fan": 5}), ("ps", {"partitions": 4})]
     ref = sequential(chain, items)
     check_run(chain, items, next(_ids), ref, workers=2, capacity=4, window_full="spin")
+
+
+@pytest.mark.parametrize("workers,par,expect", [(1, 1 << 20, 1), (2, 1 << 20, 4), (4, 1 << 20, 8), (4, 3, 6),
+                                                 (64, 1 << 20, 100)])
+def test_auto_partitions_follow_the_workers(workers, par, expect):
+    """partitions="auto": p = min(100, 2 x min(max_parallelism, workers)) under ordered
+    (1 with one worker), 1 under a policy that runs a packet at a time; the egress and
+    the final per-key state equal the sequential run's at p = 16."""
+    rng = np.random.default_rng(11)
+    items = make_items(12, 30, 25, rng)
+    chain = [("ps", {"partitions": "auto", "par": par}), ("ps", {"partitions": "auto", "partitioner": "range",
+                                                                 "key_range": (0, 25), "skip": 2})]
+    ref = sequential(chain, items)
+    plan = build(chain, items, run_id=next(_ids))
+    with Scheduler(policy="ordered", threads_per_node=workers, pin=False) as s:
+        h = s.submit(plan)
+        res = by_operator(h.result(WAIT_S))
+        ps = [st for st in s.policy.chain_stats(h.id) if st["kind"] == "partitioned"]
+    assert [st["partitions"] for st in ps] == [expect, min(100, 2 * workers) if workers > 1 else 1]
+    assert [st["M"] for st in ps] == [min(workers, par, expect), min(workers, 100)]
+    assert res == ref
+    rid = next(_ids)
+    with Scheduler(policy="simple", threads_per_node=1, pin=False) as s:
+        assert by_operator(s.submit(build(chain, items, run_id=rid)).result(WAIT_S)) == ref
+    assert [GUARDS[(rid, t)].p for t in ("o0", "o1")] == [1, 1]
+
+
+def test_auto_partitions_refused_with_range_bounds():
+    from bobox_sched.stream import model as M
+    from bobox_sched.stream.partitioned import PartitionedOperator
+
+    class R(PartitionedOperator):
+        state = M.Partitioned("k")
+        partitions = "auto"
+        partitioner = "range"
+        bounds = [1.0]
+
+    with pytest.raises(ValueError, match="partitions='auto' with range partitioning needs key_range"):
+        R()._partitioning()
+
+    class Bad(PartitionedOperator):
+        state = M.Partitioned("k")
+        partitions = "many"
+
+    with pytest.raises(ValueError, match="partitions must be a positive integer or 'auto', got 'many'"):
+        Bad()._partitioning()
 
 
 # ---------------------------------------------------------------------------------------

@@ -288,7 +288,7 @@ class OrderedPolicy(Policy):
                 if m.punct_in[op.inputs[0]] == _model.EXPECTING:
                     raise ValueError(f"ordered policy: partitioned operator '{name}' cannot declare "
                                      "punct_in='expecting' (its buckets run on many workers)")
-                op._partitioning()  # bad partitions/bounds: ValueError now
+                op.resolve_partitions(len(self.workers))  # "auto" fixed here; bad partitions/bounds: ValueError now
 
     def place(self, request, node=None) -> None:
         request.nodes = []

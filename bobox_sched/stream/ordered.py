@@ -580,7 +580,7 @@ class Stage:
     def stats(self) -> dict:
         return {
             "operator": self.name, "position": self.pos, "kind": self.kind, "M": self.M,
-            "scheme": self.scheme, "reorder": self.reorder.mode, "capacity": self.capacity,
+            "partitions": self.p if self.kind == PARTITIONED else None, "scheme": self.scheme, "reorder": self.reorder.mode, "capacity": self.capacity,
             "units": self.units, "rows_in": self.rows_in, "rows_out": self.rows_out,
             "cost_us_per_row": None if self.c is None else self.c * 1e6,
             "selectivity": self.sel, "rows_per_unit": self.rpu,

@@ -7,6 +7,21 @@ one bucket are processed in arrival order against that bucket's state, so bucket
 independent. One bucket is treated as one key [L226]; p bounds the degree of
 parallelism (default 100, the paper's [L416]).
 
+``partitions = "auto"`` lets the runtime choose p when the request starts. The paper's
+unit is a tuple, so its p = 100 costs nothing per unit. Ours is a packet slice (spec
+A1), and every slice costs a fixed Python step (queueing, the reorder buffer, the
+operator's kernel call): 30-60 us on the TPCx-BB chains, measured by ``bobox experiment
+ordered`` figure 11 (``us_per_slice``). So p = 100 cuts a packet into up to 100 slices
+and pays that step 100 times. The spec says "prefer fine buckets, as far as overheads
+allow" (section 3). "auto" takes ``AUTO_BUCKETS_PER_WORKER`` buckets per worker that may
+run the operator: under ``ordered`` p = min(100, 2 * M), M = min(max_parallelism,
+workers). A policy that runs one packet at a time in the operator (``bobox``,
+``simple``, the sequential reference) gets p = 1: nothing is split. Keep a fixed, fine
+p (the default) where a few hot keys must spread over workers (figure 9's skew); "auto"
+suits cheap per-row operators on many keys, the TPCx-BB chains' case. With ``row_order =
+"packet"`` a packet's output rows come in bucket order, so under "auto" their order
+inside a packet depends on the worker count (the "exact" default does not).
+
 Subclass :class:`PartitionedOperator` and write
 
 * ``new_state()``: a fresh state for one bucket (default: an empty dict);
@@ -53,6 +68,11 @@ from . import model as _model
 ROW_ORDERS = ("exact", "packet")
 PARTITIONERS = ("hash", "range")
 DEFAULT_PARTITIONS = 100  # the paper's p for HYBRID-QUEUE [L416]
+# partitions="auto": buckets per worker that may run the operator (module doc). From the
+# p sweep of the five TPCx-BB chains on the 2-core machine (2026-11-25, 2 workers, 150k
+# rows, median of 3, HYBRID-QUEUE at p / PARTITIONED-QUEUE at p = 2): p = 4 gave 0.98 to
+# 1.14 on all five, p = 8 0.92 to 1.25, p = 16 0.87 to 1.20, p = 100 0.58 to 1.03.
+AUTO_BUCKETS_PER_WORKER = 2
 
 
 # -- kernels ------------------------------------------------------------------------------
@@ -188,7 +208,7 @@ class SliceCollector:
 class PartitionedOperator(StreamOperator):
     """Base class of partitioned stateful operators (module doc)."""
 
-    partitions: int = DEFAULT_PARTITIONS
+    partitions: int | str = DEFAULT_PARTITIONS  # or "auto" (module doc)
     partitioner: str = "hash"
     bounds = None  # "range": p - 1 sorted split points ...
     key_range = None  # ... or (lo, hi): p equal-width ranges (keys outside go to the end buckets)
@@ -222,8 +242,12 @@ class PartitionedOperator(StreamOperator):
                 raise ValueError(f"operator '{getattr(self, 'name', type(self).__name__)}': a PartitionedOperator "
                                  "must declare state = Partitioned(key)")
             p = self.partitions
-            if not isinstance(p, int) or isinstance(p, bool) or p < 1:
-                raise ValueError(f"partitions must be a positive integer, got {p!r}")
+            if p == "auto":
+                if self.partitioner == "range" and self.key_range is None:
+                    raise ValueError("partitions='auto' with range partitioning needs key_range=(lo, hi), not bounds")
+                p = self.__dict__.get("_bx_auto_p", 1)
+            elif not isinstance(p, int) or isinstance(p, bool) or p < 1:
+                raise ValueError(f"partitions must be a positive integer or 'auto', got {p!r}")
             if self.partitioner not in PARTITIONERS:
                 raise ValueError(f"partitioner must be one of {', '.join(PARTITIONERS)}, got {self.partitioner!r}")
             bounds = None
@@ -249,6 +273,15 @@ class PartitionedOperator(StreamOperator):
             self._bx_states = [None] * p
             self._bx_state_node = [None] * p
         return part
+
+    def resolve_partitions(self, workers: int) -> int:
+        """Under a policy that runs up to `workers` of this operator's buckets at once:
+        fix p for ``partitions = "auto"`` (module doc), before the first packet. Returns
+        p (the declared one when it is a number)."""
+        if self.partitions == "auto" and "_bx_part" not in self.__dict__:
+            m = max(1, min(_model.model_of(self).max_parallelism, workers))
+            self._bx_auto_p = 1 if m == 1 else min(DEFAULT_PARTITIONS, AUTO_BUCKETS_PER_WORKER * m)
+        return self._partitioning()[1]
 
     def bucket_ids(self, pkt: Packet) -> np.ndarray:
         """The bucket of every row of `pkt`."""
@@ -312,6 +345,7 @@ class PartitionedOperator(StreamOperator):
 
 
 __all__ = [
+    "AUTO_BUCKETS_PER_WORKER",
     "DEFAULT_PARTITIONS",
     "PARTITIONERS",
     "PartitionedOperator",
