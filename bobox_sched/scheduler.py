@@ -33,6 +33,7 @@ from .limits import check_count, check_real
 from .packet import ByteTotals, NodePool
 from .plan import Plan
 from .policies import get_policy
+from .stream.partitioned import PartitionedOperator
 from .request import Request, RequestHandle
 from .timers import Timers
 
@@ -169,6 +170,12 @@ class Scheduler:
         elif ordering is not None:
             raise ValueError("ordering= needs parallelism=")
         ops, edges = plan.instantiate()  # ValueError for invalid plans
+        buckets = None
+        for op in ops.values():
+            if isinstance(op, PartitionedOperator):  # partitions="auto" and bad partitions: now
+                if buckets is None:
+                    buckets = self.policy.bucket_parallelism()
+                op.resolve_partitions(buckets)
         self.policy.validate_plan(ops, edges)  # what this policy cannot run (ValueError), before the request exists
         if node is not None and node not in [n.os_index for n in self.topology.cpu_nodes]:
             raise BoboxError(f"unknown NUMA node {node} for placement")

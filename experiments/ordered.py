@@ -37,6 +37,7 @@ said in the report).
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import statistics
@@ -54,12 +55,13 @@ from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 HEURISTICS = ("ct", "lp", "et", "qst")
 COST_MODE = ["compute"]  # "sleep" with --emulate (set by run_experiment)
 SIGMAS = (0.05, 0.1, 0.25, 0.5, 1.0, None)  # None: uniform
-# The queries' partitioned operators in figures 8 and 14: partitions="auto" (2 x workers,
-# bobox_sched/stream/partitioned.py). With the paper's p = 100 a packet is cut into up to
+# The queries' partitioned operators in figures 8 and 14: partitions="auto" (p = 2 x
+# workers, at most 100; bobox_sched/stream/partitioned.py). With the paper's p = 100 a packet is cut into up to
 # 100 slices, each a fixed Python step under the GIL, and that step, not the heuristic or
 # the reorder scheme, sets the throughput: measured on the 2-core machine (2026-11-25,
 # 1M rows, 2 workers, median of 3), CT / LP on Q1 was 0.73 at p = 100 and 0.94 with
-# "auto", at 1.6 vs 2.9 M rows/s. Figure 11 measures both p.
+# "auto", CT running 1.60 vs 2.88 M rows/s. Figure 11 measures both p
+# (``ratio_auto_over_paper_p``).
 QUERY_PARTITIONS = "auto"
 NAME = "ordered"
 
@@ -81,6 +83,11 @@ class Runner:
     def run(self, plan, rows: int, workers: int, ref: dict | None, policy: str = "ordered", **opts) -> dict:
         from bobox_sched import Scheduler
 
+        # Collect the previous runs' garbage now, outside the timing: otherwise a full
+        # collection falls into every k-th run, always of the same configuration when
+        # configurations alternate (measured: figure 14's Q2 gave non-blocking / lock
+        # 0.81 with non-blocking run first in each pair, 1.20 with lock first).
+        gc.collect()
         with Scheduler(policy=policy, threads_per_node=workers, pin=False, topology=self.ctx.topo, **opts) as s:
             c0 = cpu_clocks()
             t0 = time.perf_counter()
@@ -157,7 +164,7 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
                     # per operator: what a heuristic's allotments cost (why_missed, figure 8)
                     for st in m["chain"] or ():
                         if st["kind"] in ("stateless", "partitioned", "stateful"):
-                            for key in ("busy_s", "reorder_contended", "rows_per_unit"):
+                            for key in ("busy_s", "cpu_s", "reorder_contended", "rows_per_unit"):
                                 rec.add(f"{q}/{h}/{st['operator']}", w, key, st[key] or 0, r, "")
                     bar.update(1)
         for h in HEURISTICS:
@@ -172,8 +179,10 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
 
 
 def _operators_at(rec, prefix: str, w: int) -> dict:
-    """{operator: {busy_ms, reorder_contended, rows_per_unit}}: medians over the repeats
-    of one heuristic on one query at `w` workers (the series ``prefix/<operator>``)."""
+    """{operator: {busy_ms, cpu_ms, reorder_contended, rows_per_unit}}: medians over the
+    repeats of one heuristic on one query at `w` workers (the series
+    ``prefix/<operator>``). busy - cpu is the time its workers waited off a CPU: for the
+    GIL, or for a core when other processes took it."""
     ops = {}
     for series in dict.fromkeys(row["series"] for row in rec.rows):
         if series.startswith(prefix + "/"):
@@ -181,7 +190,8 @@ def _operators_at(rec, prefix: str, w: int) -> dict:
             busy = rec.median(series, w, "busy_s")
             if busy is None:
                 continue
-            ops[name] = {"busy_ms": round(busy * 1e3, 2),
+            cpu = rec.median(series, w, "cpu_s")
+            ops[name] = {"busy_ms": round(busy * 1e3, 2), "cpu_ms": None if cpu is None else round(cpu * 1e3, 2),
                          "reorder_contended": rec.median(series, w, "reorder_contended"),
                          "rows_per_unit": _r(rec.median(series, w, "rows_per_unit"), 2)}
     return ops
@@ -327,8 +337,11 @@ def fig11_14(ctx, run, rec, data, refs, workers, queries, rows, rpp, fig, key, v
         out[q] = {**peaks, key: round(peaks[labels[0]]["throughput"] / peaks[labels[1]]["throughput"], 4)}
         if len(labels) > 2:  # figure 11: also against PARTITIONED-QUEUE with hybrid's p
             out[q][f"{key}_{labels[2]}"] = round(peaks[labels[0]]["throughput"] / peaks[labels[2]]["throughput"], 4)
-        if len(labels) > 3:  # figure 11: HYBRID-QUEUE with partitions="auto" against p = workers
+        if len(labels) > 3:  # figure 11: HYBRID-QUEUE with partitions="auto" against p = workers,
+            # and against itself with the operators' own p (100; Q15: 10)
             out[q][f"{key}_auto"] = round(peaks[labels[3]]["throughput"] / peaks[labels[1]]["throughput"], 4)
+            out[q][f"{key}_auto_over_paper_p"] = round(peaks[labels[3]]["throughput"] / peaks[labels[0]]["throughput"],
+                                                       4)
     bar.close()
     return out
 
@@ -544,7 +557,7 @@ def goals(s: dict) -> dict:
         g["hybrid_ge_partitioned_queries"] = {q: v["ratio"] >= 0.95 for q, v in hq.items()}
         g["hybrid_ge_partitioned_queries_same_p"] = {q: v["ratio_partitioned_p100"] >= 0.95 for q, v in hq.items()
                                                      if "ratio_partitioned_p100" in v}
-        # HYBRID-QUEUE with partitions="auto" (p = 2 x workers: a few slices per packet,
+        # HYBRID-QUEUE with partitions="auto" (p = 2 x workers, at most 100: a few slices per packet,
         # partitioned.py) against PARTITIONED-QUEUE with p = workers
         g["hybrid_auto_ge_partitioned_queries"] = {q: v["ratio_auto"] >= 0.95 for q, v in hq.items()
                                                    if "ratio_auto" in v}
@@ -582,15 +595,22 @@ def why_missed(s: dict, g: dict) -> dict:
                          f"{sum(ob[o]['busy_ms'] for o in common):.1f} ms, most of the difference in `{top}` "
                          f"({ta['busy_ms']} vs {tb['busy_ms']} ms, {ta['rows_per_unit']} vs {tb['rows_per_unit']} "
                          f"rows per unit, {ta['reorder_contended']:g} vs {tb['reorder_contended']:g} contended "
-                         "reorder exits)")
+                         "reorder exits")
+                if ta.get("cpu_ms") is not None and tb.get("cpu_ms") is not None:
+                    wa, wb = ta["busy_ms"] - ta["cpu_ms"], tb["busy_ms"] - tb["cpu_ms"]
+                    text += (f"; on a CPU {ta['cpu_ms']} vs {tb['cpu_ms']} ms, so {wa:.1f} vs {wb:.1f} ms waiting "
+                             "for the GIL or a core")
+                text += ")"
             parts.append(text)
         if parts:
             out["figure_8"] = (
                 "; ".join(parts) + ". Busy time is the wall time workers spent inside an operator, GIL waits "
                 "included, for the same rows under every heuristic: more of it means each unit took longer, "
                 "because it was cut smaller (rows per unit), because two workers met in its reorder buffer "
-                "(contended exits), or because it waited for the GIL while CT ran another operator's Python on "
-                "the other worker at the same time.")
+                "(contended exits), or because it waited for the GIL while another operator's Python ran on "
+                "the other worker at the same time. CPU time is the allotted threads' own (thread_time): busy "
+                "minus CPU is the waiting, so a difference in CPU time is work, one in waiting is the GIL (or "
+                "a core taken by another process).")
     hp, det = s.get("hybrid_vs_partitioned"), s.get("fig9_detail")
     if hp and det and not (g.get("hybrid_ge_partitioned") and g.get("gap_grows_with_skew")):
         sk = [det[k] for k in ("0.05", "0.1") if k in det]
@@ -610,6 +630,15 @@ def why_missed(s: dict, g: dict) -> dict:
         out["figure_9"] = text + "."
     hq = s.get("hybrid_vs_partitioned_queries")
     low = [q for q, ok in g.get("hybrid_ge_partitioned_queries", {}).items() if not ok]
+    low_auto = [q for q, ok in g.get("hybrid_auto_ge_partitioned_queries", {}).items() if not ok]
+    if hq and low_auto:
+        out["figure_11_auto"] = (
+            "with partitions=\"auto\" HYBRID-QUEUE / PARTITIONED-QUEUE (p = workers) was below 0.95 on "
+            + ", ".join(f"{q.upper()} {hq[q]['ratio_auto']:.2f} ({hq[q]['hybrid_auto'].get('slices')} vs "
+                        f"{hq[q]['partitioned'].get('slices')} slices, {hq[q]['hybrid_auto'].get('us_per_slice')} vs "
+                        f"{hq[q]['partitioned'].get('us_per_slice')} us each)" for q in low_auto)
+            + ": with a few buckets per worker the schemes differ only in how a worker finds a free bucket, so a "
+            "ratio near 1 is within the noise of one run.")
     if hq and low:
         parts = []
         for q in low:
@@ -783,7 +812,8 @@ def report(ctx, s, workers, queries) -> None:
         parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + _md_table(
             ["cost us", "hybrid", "partitioned"], [[c, v["hybrid"], v["partitioned"]] for c, v in ol.items()]))
     for key, title, labels in (("hybrid_vs_partitioned_queries", "Figure 11: schemes per query (CT, peak; "
-                                "HYBRID-QUEUE with p = 100 as in the paper and with partitions=\"auto\" (2 x workers); "
+                                "HYBRID-QUEUE with the operators' p as in the paper (100; Q15 10, one per category) and with "
+                                "partitions=\"auto\" (2 x workers); "
                                 "PARTITIONED-QUEUE with p = workers as in the paper, and with p = 100)",
                                 ("hybrid", "hybrid_auto", "partitioned", "partitioned_p100")),
                                ("nonblocking_vs_lock_queries", "Figure 14: reorder schemes per query (CT, peak; partitions=\"auto\")",

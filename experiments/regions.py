@@ -30,6 +30,7 @@ the same moment: on a shared machine the speedups should be read against it.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import threading
@@ -180,6 +181,7 @@ class Runner:
         self.runs = 0
 
     def timed(self, plan) -> tuple[float, dict]:
+        gc.collect()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
         t = time.perf_counter()
         res = self.sched.submit(plan).result(3600)
         self.runs += 1

@@ -32,6 +32,7 @@ state-access mode and in compute mode, and the Parser alone (no transactional op
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
@@ -150,6 +151,7 @@ class Runner:
         cfg = TxnConfig(store, T_, interval=p.interval, cc=p.cc, numa_mode=p.numa_mode, work_stealing=p.stealing,
                         pat_partitions=parts, pat_seq=ps, kernel_wrap=released.timed_namespace if timed else None)
         was = released.enable(True) if timed else None
+        gc.collect()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
         try:
             r = run_once(sched, app, store, events, cfg, keep=check, deadline_s=budget or self.budget_s)
         finally:

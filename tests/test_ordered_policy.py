@@ -8,6 +8,7 @@ threads in an operator than declared nor two in one bucket (instrumented)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -152,6 +153,16 @@ def chains(draw):
     return chain
 
 
+@functools.lru_cache(maxsize=1)
+def one_node():
+    """This machine's topology seen as one node (``topology.virtual``), so that
+    threads_per_node is the number of workers."""
+    from topology import probe
+    from topology.virtual import virtual_topology
+
+    return virtual_topology(probe(), 1)
+
+
 def auto_resolved(chain, workers):
     """`chain` with partitions="auto" replaced by the p the ordered policy picks for
     `workers`: with row_order="packet" a packet's rows come out in bucket order, so the
@@ -177,7 +188,7 @@ def test_random_chains(chain, seed, heuristic, reorder, scheme, capacity, row_or
                        empty_every=int(rng.integers(0, 5)), window_every=int(rng.integers(0, 4)))
     ref = sequential(chain if row_order == "exact" else auto_resolved(chain, workers), items, row_order=row_order)
     check_run(chain, items, next(_ids), ref, workers=workers, heuristic=heuristic, reorder=reorder,
-              scheme=scheme, capacity=capacity, row_order=row_order, worklist=worklist)
+              scheme=scheme, capacity=capacity, row_order=row_order, worklist=worklist, topology=one_node())
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,16 +223,18 @@ def test_spin_mode_matches_too():
 @pytest.mark.parametrize("workers,par,expect", [(1, 1 << 20, 1), (2, 1 << 20, 4), (4, 1 << 20, 8), (4, 3, 6),
                                                  (64, 1 << 20, 100)])
 def test_auto_partitions_follow_the_workers(workers, par, expect):
-    """partitions="auto": p = min(100, 2 x min(max_parallelism, workers)) under ordered
-    (1 with one worker), 1 under a policy that runs a packet at a time; the egress and
-    the final per-key state equal the sequential run's at p = 16."""
+    """partitions="auto": with M = min(max_parallelism, workers), p = 1 if M = 1, else
+    min(100, 2 x M) under ordered, and 1 under a policy that runs a packet at a time
+    (simple: the sequential reference); the egress and the final per-key state are the
+    same at every p. (One node: the workers are threads_per_node.)"""
     rng = np.random.default_rng(11)
     items = make_items(12, 30, 25, rng)
     chain = [("ps", {"partitions": "auto", "par": par}), ("ps", {"partitions": "auto", "partitioner": "range",
                                                                  "key_range": (0, 25), "skip": 2})]
     ref = sequential(chain, items)
     plan = build(chain, items, run_id=next(_ids))
-    with Scheduler(policy="ordered", threads_per_node=workers, pin=False) as s:
+    with Scheduler(policy="ordered", threads_per_node=workers, pin=False, topology=one_node()) as s:
+        assert len(s.policy.workers) == workers
         h = s.submit(plan)
         res = by_operator(h.result(WAIT_S))
         ps = [st for st in s.policy.chain_stats(h.id) if st["kind"] == "partitioned"]
@@ -232,6 +245,34 @@ def test_auto_partitions_follow_the_workers(workers, par, expect):
     with Scheduler(policy="simple", threads_per_node=1, pin=False) as s:
         assert by_operator(s.submit(build(chain, items, run_id=rid)).result(WAIT_S)) == ref
     assert [GUARDS[(rid, t)].p for t in ("o0", "o1")] == [1, 1]
+
+
+def test_auto_partitions_of_a_copied_instance():
+    """Plan.add(name, instance) copies the instance per request: a copy of one whose p
+    was already fixed (its cache copied with it) is resolved again at submit."""
+    from ordered_ops import PS, Feed, Record
+
+    from bobox_sched import Plan
+
+    items = make_items(6, 20, 10, np.random.default_rng(5))
+    template = PS(partitions="auto", tag="tpl")
+    assert template.resolve_partitions(8) == 16
+    plans = []
+    for _ in range(2):
+        plan = Plan("copied")
+        plan.add("src", Feed, items)
+        plan.add("o0", template)
+        plan.add("sink", Record)
+        plan.chain("src", "o0", "sink")
+        plans.append(plan)
+    with Scheduler(policy="ordered", threads_per_node=2, pin=False, topology=one_node()) as s:
+        h = s.submit(plans[0])
+        h.result(WAIT_S)
+        assert [st["partitions"] for st in s.policy.chain_stats(h.id) if st["kind"] == "partitioned"] == [4]
+    GUARDS.pop((0, "tpl"), None)
+    with Scheduler(policy="simple", threads_per_node=1, pin=False) as s:
+        s.submit(plans[1]).result(WAIT_S)
+    assert GUARDS[(0, "tpl")].p == 1  # what on_slice saw
 
 
 def test_auto_partitions_refused_with_range_bounds():

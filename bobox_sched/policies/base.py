@@ -98,6 +98,12 @@ class Policy:
         """Refuse (ValueError, naming the operator) a plan this policy cannot run; called
         by ``submit`` before the request exists. Default: every valid plan."""
 
+    def bucket_parallelism(self) -> int:
+        """How many buckets of one partitioned operator this policy may run at once;
+        ``partitions="auto"`` is resolved from it at submit (``stream/partitioned.py``).
+        Default 1: one packet of an operator at a time."""
+        return 1
+
     def push_on(self, request, op, node: int | None = None, worker=None) -> None:
         """Push a task for `op` that should run on `worker` (one of this scheduler's
         workers) or on a worker of NUMA node `node` (an OS index); any thread. Used for

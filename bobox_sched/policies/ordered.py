@@ -267,6 +267,10 @@ class OrderedPolicy(Policy):
         return workers
 
     # -- requests --------------------------------------------------------------------------
+    def bucket_parallelism(self) -> int:
+        """Every worker may run a bucket of one partitioned operator (w <= M)."""
+        return len(self.workers)
+
     def validate_plan(self, ops: dict, edges: list) -> None:
         """Refuse (ValueError) what ordered execution cannot run, before the request
         exists: not a linear chain, an operator that is not a StreamOperator, a
@@ -288,7 +292,7 @@ class OrderedPolicy(Policy):
                 if m.punct_in[op.inputs[0]] == _model.EXPECTING:
                     raise ValueError(f"ordered policy: partitioned operator '{name}' cannot declare "
                                      "punct_in='expecting' (its buckets run on many workers)")
-                op.resolve_partitions(len(self.workers))  # "auto" fixed here; bad partitions/bounds: ValueError now
+                op._partitioning()  # resolved at submit (bucket_parallelism); bad partitions/bounds: ValueError now
 
     def place(self, request, node=None) -> None:
         request.nodes = []
@@ -363,9 +367,9 @@ class OrderedPolicy(Policy):
     def _apply_report(self, w) -> None:
         rep = w.ord_report
         w.ord_report = None
-        stage, dt, units, rin, rout = rep
+        stage, dt, units, rin, rout, cpu = rep
         stage.w -= 1
-        stage.report(dt, units, rin, rout, self.alpha)
+        stage.report(dt, units, rin, rout, self.alpha, cpu)
 
     def decide(self, w):
         """(stage, quota) for worker `w`, or None (under ``_lock``)."""
@@ -548,6 +552,7 @@ class OrderedPolicy(Policy):
             return
         ctx.rin = 0
         ctx.rout = 0
+        c0 = time.thread_time_ns()  # this thread's CPU time: busy minus it is time off a CPU
         t0 = time.perf_counter_ns()
         n = 0
         try:
@@ -558,7 +563,7 @@ class OrderedPolicy(Policy):
         finally:
             ctx.op = None
             ctx._out = None
-        worker.ord_report = (st, time.perf_counter_ns() - t0, n, ctx.rin, ctx.rout)
+        worker.ord_report = (st, time.perf_counter_ns() - t0, n, ctx.rin, ctx.rout, time.thread_time_ns() - c0)
         if n == 0:
             worker.ord_skip = st
 

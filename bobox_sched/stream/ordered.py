@@ -252,6 +252,7 @@ class Stage:
         self.rows_in = 0
         self.rows_out = 0
         self.busy_ns = 0
+        self.cpu_ns = 0  # CPU time of the allotted threads: busy_ns - cpu_ns waited for the GIL or a core
         self.allotments = 0
         self.empty_allotments = 0
         # drainer-owned
@@ -557,9 +558,10 @@ class Stage:
         self.reorder.send_pending()
 
     # -- statistics (policy lock) ----------------------------------------------------------------
-    def report(self, dt_ns: int, units: int, rin: int, rout: int, alpha: float) -> None:
+    def report(self, dt_ns: int, units: int, rin: int, rout: int, alpha: float, cpu_ns: int = 0) -> None:
         self.allotments += 1
         self.busy_ns += dt_ns
+        self.cpu_ns += cpu_ns
         self.tw += dt_ns / 1e9
         if units == 0:
             self.empty_allotments += 1
@@ -584,7 +586,7 @@ class Stage:
             "units": self.units, "rows_in": self.rows_in, "rows_out": self.rows_out,
             "cost_us_per_row": None if self.c is None else self.c * 1e6,
             "selectivity": self.sel, "rows_per_unit": self.rpu,
-            "busy_s": self.busy_ns / 1e9, "allotments": self.allotments,
+            "busy_s": self.busy_ns / 1e9, "cpu_s": self.cpu_ns / 1e9, "allotments": self.allotments,
             "empty_allotments": self.empty_allotments,
             "latency_ms": (self.lat_ns / self.lat_n / 1e6) if self.lat_n else None,
             "blocked_drains": self.reorder.blocked,

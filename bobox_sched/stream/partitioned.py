@@ -14,9 +14,10 @@ operator's kernel call): 30-60 us on the TPCx-BB chains, measured by ``bobox exp
 ordered`` figure 11 (``us_per_slice``). So p = 100 cuts a packet into up to 100 slices
 and pays that step 100 times. The spec says "prefer fine buckets, as far as overheads
 allow" (section 3). "auto" takes ``AUTO_BUCKETS_PER_WORKER`` buckets per worker that may
-run the operator: under ``ordered`` p = min(100, 2 * M), M = min(max_parallelism,
-workers). A policy that runs one packet at a time in the operator (``bobox``,
-``simple``, the sequential reference) gets p = 1: nothing is split. Keep a fixed, fine
+run the operator, fixed at submit from the policy's ``bucket_parallelism()``: with M =
+min(max_parallelism, that), p = 1 if M = 1, else min(100, 2 * M). Under ``ordered`` that
+is every worker; a policy that runs one packet of an operator at a time (``bobox``,
+``simple``, the sequential reference) gives p = 1: nothing is split. Keep a fixed, fine
 p (the default) where a few hot keys must spread over workers (figure 9's skew); "auto"
 suits cheap per-row operators on many keys, the TPCx-BB chains' case. With ``row_order =
 "packet"`` a packet's output rows come in bucket order, so under "auto" their order
@@ -275,12 +276,18 @@ class PartitionedOperator(StreamOperator):
         return part
 
     def resolve_partitions(self, workers: int) -> int:
-        """Under a policy that runs up to `workers` of this operator's buckets at once:
-        fix p for ``partitions = "auto"`` (module doc), before the first packet. Returns
-        p (the declared one when it is a number)."""
-        if self.partitions == "auto" and "_bx_part" not in self.__dict__:
-            m = max(1, min(_model.model_of(self).max_parallelism, workers))
-            self._bx_auto_p = 1 if m == 1 else min(DEFAULT_PARTITIONS, AUTO_BUCKETS_PER_WORKER * m)
+        """Called by ``Scheduler.submit`` with the policy's ``bucket_parallelism()``, the
+        buckets it may run at once: fixes p for ``partitions = "auto"`` (module doc)
+        and checks the partitioning (ValueError). Returns p. Once a bucket has state, p
+        stays (an instance copied after it ran keeps its buckets)."""
+        if self.partitions == "auto":
+            states = self.__dict__.get("_bx_states")
+            if states is None or all(s is None for s in states):
+                m = max(1, min(_model.model_of(self).max_parallelism, workers))
+                p = 1 if m == 1 else min(DEFAULT_PARTITIONS, AUTO_BUCKETS_PER_WORKER * m)
+                if self.__dict__.get("_bx_auto_p") != p:
+                    self.__dict__.pop("_bx_part", None)  # a template's cache, copied by the plan
+                    self._bx_auto_p = p
         return self._partitioning()[1]
 
     def bucket_ids(self, pkt: Packet) -> np.ndarray:
