@@ -56,9 +56,9 @@ HEURISTICS = ("ct", "lp", "et", "qst")
 COST_MODE = ["compute"]  # "sleep" with --emulate (set by run_experiment)
 SIGMAS = (0.05, 0.1, 0.25, 0.5, 1.0, None)  # None: uniform
 # The queries' partitioned operators in figures 8 and 14: partitions="auto" (p = 2 x
-# workers, at most 100; bobox_sched/stream/partitioned.py). With the paper's p = 100 a packet is cut into up to
-# 100 slices, each a fixed Python step under the GIL, and that step, not the heuristic or
-# the reorder scheme, sets the throughput: measured on the 2-core machine (2026-11-25,
+# workers, at most 100; bobox_sched/stream/partitioned.py). With the paper's p = 100 a
+# packet is cut into up to 100 slices, each a fixed Python step under the GIL, and that
+# step, not the heuristic or the reorder scheme, sets the throughput: measured on the 2-core machine (2026-11-25,
 # 1M rows, 2 workers, median of 3), CT / LP on Q1 was 0.73 at p = 100 and 0.94 with
 # "auto", CT running 1.60 vs 2.88 M rows/s. Figure 11 measures both p
 # (``ratio_auto_over_paper_p``).
@@ -152,6 +152,7 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
     out = {h: {} for h in HEURISTICS}
     bar = ctx.bar(len(queries) * len(workers) * ctx.repeat * len(HEURISTICS), "fig 8")
     for q in queries:
+        names: dict = {}  # the query's operators, in chain order
         for w in workers:
             for r in range(ctx.repeat):
                 for h in HEURISTICS:
@@ -164,6 +165,7 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
                     # per operator: what a heuristic's allotments cost (why_missed, figure 8)
                     for st in m["chain"] or ():
                         if st["kind"] in ("stateless", "partitioned", "stateful"):
+                            names[st["operator"]] = None
                             for key in ("busy_s", "cpu_s", "reorder_contended", "rows_per_unit"):
                                 rec.add(f"{q}/{h}/{st['operator']}", w, key, st[key] or 0, r, "")
                     bar.update(1)
@@ -173,27 +175,25 @@ def fig8(ctx, run, rec, data, refs, workers, queries, rows, rpp) -> dict:
             out[h][q] = {"throughput": round(tp[peak_w], 1), "workers_at_peak": peak_w,
                          "latency_ms": _r(rec.median(f"{q}/{h}", peak_w, "latency_ms")),
                          "by_workers": {str(w): round(tp[w], 1) for w in workers},
-                         "operators": _operators_at(rec, f"{q}/{h}", peak_w)}
+                         "operators": _operators_at(rec, f"{q}/{h}", peak_w, names)}
     bar.close()
     return out
 
 
-def _operators_at(rec, prefix: str, w: int) -> dict:
-    """{operator: {busy_ms, cpu_ms, reorder_contended, rows_per_unit}}: medians over the
-    repeats of one heuristic on one query at `w` workers (the series
-    ``prefix/<operator>``). busy - cpu is the time its workers waited off a CPU: for the
-    GIL, or for a core when other processes took it."""
+def _operators_at(rec, prefix: str, w: int, names) -> dict:
+    """{operator: {busy_ms, cpu_ms, reorder_contended, rows_per_unit}} for the operators
+    `names`: medians over the repeats of one heuristic on one query at `w` workers (the
+    series ``prefix/<operator>``). busy - cpu is the time its workers waited off a CPU:
+    for the GIL, or for a core when other processes took it."""
     ops = {}
-    for series in dict.fromkeys(row["series"] for row in rec.rows):
-        if series.startswith(prefix + "/"):
-            name = series[len(prefix) + 1:]
-            busy = rec.median(series, w, "busy_s")
-            if busy is None:
-                continue
-            cpu = rec.median(series, w, "cpu_s")
-            ops[name] = {"busy_ms": round(busy * 1e3, 2), "cpu_ms": None if cpu is None else round(cpu * 1e3, 2),
-                         "reorder_contended": rec.median(series, w, "reorder_contended"),
-                         "rows_per_unit": _r(rec.median(series, w, "rows_per_unit"), 2)}
+    for name in names:
+        series = f"{prefix}/{name}"
+        busy = rec.median(series, w, "busy_s")
+        if busy is None:
+            continue
+        ops[name] = {"busy_ms": round(busy * 1e3, 2), "cpu_ms": round(rec.median(series, w, "cpu_s") * 1e3, 2),
+                     "reorder_contended": rec.median(series, w, "reorder_contended"),
+                     "rows_per_unit": _r(rec.median(series, w, "rows_per_unit"), 2)}
     return ops
 
 

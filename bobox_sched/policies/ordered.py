@@ -292,7 +292,7 @@ class OrderedPolicy(Policy):
                 if m.punct_in[op.inputs[0]] == _model.EXPECTING:
                     raise ValueError(f"ordered policy: partitioned operator '{name}' cannot declare "
                                      "punct_in='expecting' (its buckets run on many workers)")
-                op._partitioning()  # resolved at submit (bucket_parallelism); bad partitions/bounds: ValueError now
+                # p ("auto" included) and bad partitions/bounds: checked by submit just before
 
     def place(self, request, node=None) -> None:
         request.nodes = []

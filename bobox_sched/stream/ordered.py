@@ -558,7 +558,7 @@ class Stage:
         self.reorder.send_pending()
 
     # -- statistics (policy lock) ----------------------------------------------------------------
-    def report(self, dt_ns: int, units: int, rin: int, rout: int, alpha: float, cpu_ns: int = 0) -> None:
+    def report(self, dt_ns: int, units: int, rin: int, rout: int, alpha: float, cpu_ns: int) -> None:
         self.allotments += 1
         self.busy_ns += dt_ns
         self.cpu_ns += cpu_ns
@@ -582,7 +582,8 @@ class Stage:
     def stats(self) -> dict:
         return {
             "operator": self.name, "position": self.pos, "kind": self.kind, "M": self.M,
-            "partitions": self.p if self.kind == PARTITIONED else None, "scheme": self.scheme, "reorder": self.reorder.mode, "capacity": self.capacity,
+            "partitions": self.p if self.kind == PARTITIONED else None, "scheme": self.scheme,
+            "reorder": self.reorder.mode, "capacity": self.capacity,
             "units": self.units, "rows_in": self.rows_in, "rows_out": self.rows_out,
             "cost_us_per_row": None if self.c is None else self.c * 1e6,
             "selectivity": self.sel, "rows_per_unit": self.rpu,

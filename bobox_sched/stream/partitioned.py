@@ -10,7 +10,7 @@ parallelism (default 100, the paper's [L416]).
 ``partitions = "auto"`` lets the runtime choose p when the request starts. The paper's
 unit is a tuple, so its p = 100 costs nothing per unit. Ours is a packet slice (spec
 A1), and every slice costs a fixed Python step (queueing, the reorder buffer, the
-operator's kernel call): 30-60 us on the TPCx-BB chains, measured by ``bobox experiment
+operator's kernel call): 20-60 us on the TPCx-BB chains, measured by ``bobox experiment
 ordered`` figure 11 (``us_per_slice``). So p = 100 cuts a packet into up to 100 slices
 and pays that step 100 times. The spec says "prefer fine buckets, as far as overheads
 allow" (section 3). "auto" takes ``AUTO_BUCKETS_PER_WORKER`` buckets per worker that may
