@@ -13,7 +13,11 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    last instance to arrive starts state-access mode (``_start_batch``).
 3. **Round 0: append, then sort.** One task per pool (``Policy.push_on``: the pool's
    worker, or node) gathers the pool's operations from every instance and sorts them by
-   (record, ts, seq): each record's run is its operation chain (``build_pool``).
+   (record, ts, seq): each record's run is its operation chain (``build_pool``). When no
+   operation of the batch reads another record (no ``src=``, no condition) and no pool
+   is shared by stealers, no chain waits on another: the same task walks its chains
+   right away (round 1 *fused* into round 0), which saves a round trip through the
+   scheduler per batch (GS and TP).
 4. **Rounds.** Tasks walk the chains (``process_pool``) at operation level: an
    operation that reads another record runs once every operation of that record's chain
    below its ts was done, in the snapshot taken when the previous round ended (or live,
@@ -53,11 +57,15 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import accumulate
 
 import numpy as np
 
+from topology import current_node
+
 from ..operator import Operator
 from ..task import claim, schedule
+from .chains import new_batch
 from .funs import kernels
 from .placement import make_placement, place_store
 
@@ -102,6 +110,10 @@ class _PoolTask(Operator):
 class Group:
     """The coordinator of one transactional operator's instances (module doc)."""
 
+    # fuse round 1 into round 0 where no chain can wait on another (step 3; a class
+    # switch, so that a measurement can compare both)
+    fuse_rounds = True
+
     def __init__(self, cfg, request, scheduler):
         if not request.policy.runtime_tasks:
             raise ValueError(f"transactional state needs a policy that runs state-access tasks (bobox or simple); "
@@ -135,6 +147,7 @@ class Group:
         self.gate_waiters: list = []
         self._cap = 0
         self.B = None
+        self.fused = False
         self.results = None
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []
@@ -150,7 +163,7 @@ class Group:
             self.tasks.append(row)
         self.live_versions = 0
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
-                      "aborts": 0, "restored_chains": 0, "versions_peak": 0, "versions_total": 0,
+                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "versions_peak": 0, "versions_total": 0,
                       "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "state_access_s": 0.0, "empty_batches": 0,
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
         self._page_frac = self._segment_page_fractions()
@@ -213,20 +226,31 @@ class Group:
         # Only what instances registered for *this* batch: one that ended in an earlier
         # batch keeps arriving, empty, and may still be post-processing (resetting) its
         # buffers of that batch right now.
-        fresh = [i.arrived_at == self.batch for i in insts]
-        ntx = np.array([i.buf.ntx if f else 0 for i, f in zip(insts, fresh)], np.int64)
-        nsl = np.array([i.buf.nslots if f else 0 for i, f in zip(insts, fresh)], np.int64)
-        ncs = np.array([i.buf.nc if f else 0 for i, f in zip(insts, fresh)], np.int64)
-        nops = [i.buf.n if f else 0 for i, f in zip(insts, fresh)]
-        poffs = np.stack([i.poff if n else np.zeros(P + 1, np.int64) for i, n in zip(insts, nops)])
-        txn_base = np.concatenate([[0], np.cumsum(ntx)[:-1]]).astype(np.int64)
-        slot_base = np.concatenate([[0], np.cumsum(nsl)[:-1]]).astype(np.int64)
-        NTX, NSL = int(ntx.sum()), int(nsl.sum())
-        per_pool = (poffs[:, 1:] - poffs[:, :-1]).sum(axis=0)
-        pool_off = np.concatenate([[0], np.cumsum(per_pool)]).astype(np.int64)
-        NOPS = int(pool_off[-1])
-        txn_ts = (np.concatenate([i.buf.tts[:k] for i, k in zip(insts, ntx) if k]) if NTX
-                  else np.zeros(0, np.int64))
+        # Python work here is O(instances) list steps plus a fixed number of numpy calls:
+        # it runs once per batch with the GIL held.
+        b = self.batch
+        ntx_l, nsl_l, ncs_l, nops_l = [0] * T, [0] * T, [0] * T, [0] * T
+        poffs = np.zeros((T, P + 1), np.int64)
+        ts_lo = None
+        has_src = False
+        with_ops = []
+        for e, i in enumerate(insts):
+            if i.arrived_at != b:
+                continue
+            buf = i.buf
+            ntx_l[e], nsl_l[e], ncs_l[e], nops_l[e] = buf.ntx, buf.nslots, buf.nc, buf.n
+            if buf.n:
+                poffs[e] = i.poff
+                with_ops.append(i)
+            if buf.ntx:
+                lo = int(buf.tts[: buf.ntx].min())
+                ts_lo = lo if ts_lo is None or lo < ts_lo else ts_lo
+            has_src = has_src or buf.has_src
+        txn_base = np.array([0, *accumulate(ntx_l[:-1])], np.int64)
+        slot_base = np.array([0, *accumulate(nsl_l[:-1])], np.int64)
+        NTX, NSL, ncond = sum(ntx_l), sum(nsl_l), sum(ncs_l)
+        pool_off = poffs.sum(axis=0)  # each row is cumulative (its pool offsets)
+        NOPS = sum(nops_l)
         self.NOPS, self.NTX = NOPS, NTX
         self.stats["transactions"] += NTX
         self.stats["operations"] += NOPS
@@ -239,23 +263,29 @@ class Group:
             self.stats["coord_s"] += time.perf_counter() - t0
             self._finish()
             return
-        ts_lo = int(txn_ts.min()) if NTX else 0
-        from .chains import new_batch
-
-        ncond = int(ncs.sum())
         conds = np.empty((max(ncond, 1), 3), np.int64)
         c_param = np.empty(max(ncond, 1), np.float64)
-        cond_off = np.empty(NTX + 1, np.int64)
-        cinst = np.concatenate([[0], np.cumsum(ncs)]).astype(np.int64)
-        K.build_conds(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs)]),
-                      np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs)]), cinst, txn_base, NTX, cond_off,
-                      conds, c_param)
+        if ncond:
+            cond_off = np.empty(NTX + 1, np.int64)
+            cinst = np.array([0, *accumulate(ncs_l)], np.int64)
+            K.build_conds(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs_l)]),
+                          np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs_l)]), cinst, txn_base, NTX,
+                          cond_off, conds, c_param)
+        else:
+            cond_off = np.zeros(NTX + 1, np.int64)
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
+        self.fused = (self.fuse_rounds and ncond == 0 and not has_src
+                      and all(len(t) == 1 for t in self.placement.tasks))
+        self.stats["fused_batches"] += self.fused
         # every instance's operations, partitioned by pool at its arrival, in one array
-        iinst = np.concatenate([[0], np.cumsum(nops)]).astype(np.int64)
-        self._build_args = (np.concatenate([i.pib[:n] for i, n in zip(insts, nops) if n]),
-                            np.concatenate([i.pfb[:n] for i, n in zip(insts, nops) if n]), iinst, poffs, slot_base,
-                            txn_base, np.int64(ts_lo))
+        iinst = np.array([0, *accumulate(nops_l)], np.int64)
+        if len(with_ops) == 1:
+            i = with_ops[0]
+            pib, pfb = i.pib[: i.buf.n], i.pfb[: i.buf.n]
+        else:
+            pib = np.concatenate([i.pib[: i.buf.n] for i in with_ops])
+            pfb = np.concatenate([i.pfb[: i.buf.n] for i in with_ops])
+        self._build_args = (pib, pfb, iinst, poffs, slot_base, txn_base, np.int64(ts_lo if ts_lo is not None else 0))
         self.round = 0
         self.round_done = 0
         self.round_pending = 0
@@ -292,10 +322,17 @@ class Group:
         t0 = time.perf_counter()
         B, S, K = self.B, self.S, self.K
         done = pending = 0
+        tp = 0.0
         if task.kind == BUILD:
             ib, fb, iinst, poffs, slot_base, txn_base, ts0 = self._build_args
             K.build_pool(task.pool, ib, fb, iinst, poffs, slot_base, txn_base, ts0, B, S, self.store.has_constraints)
             key = "build_s"
+            if self.fused:  # round 1 right away (step 3 of the module doc)
+                t1 = time.perf_counter()
+                sc, sl, out = task.scratch
+                done, pending = K.process_pool(task.pool, 1, False, B, S, sc, sl, out)
+                tp = time.perf_counter() - t1
+                t0 += tp
         else:
             sc, sl, out = task.scratch
             done, pending = K.process_pool(task.pool, task.round & 1, len(self.placement.tasks[task.pool]) > 1, B, S,
@@ -306,6 +343,7 @@ class Group:
             self._count_locality(task.pool, worker, done)
         with self._lock:
             self.stats[key] += dt
+            self.stats["process_s"] += tp
             self.round_done += done
             self.round_pending += pending
             self.outstanding -= 1
@@ -320,9 +358,10 @@ class Group:
         if self.phase == BUILD:
             self.round = 1
             self.batch_rounds = 1
-            self.stats["coord_s"] += time.perf_counter() - t0
-            self._submit_round(ROUNDS)
-            return
+            if not self.fused:
+                self.stats["coord_s"] += time.perf_counter() - t0
+                self._submit_round(ROUNDS)
+                return
         if self.round_pending > 0:
             if self.round_done == 0:
                 raise RuntimeError("a state-access round made no progress (dependency bug)")
@@ -399,8 +438,6 @@ class Group:
         """Operations a task ran, counted as local when the pool's records are on the
         task's worker's node: by placement (the node the segment was placed for) and by
         the pages' real node (the kernel's answer, against the CPU's real node)."""
-        from topology import current_node
-
         seg_nodes = self.store.segment_nodes
         wnode = getattr(worker, "node_id", None)
         pool_node = self.placement.pool_nodes[pool]

@@ -53,6 +53,7 @@ class OpBuffer:
         self.nc = 0  # conditions
         self.ntx = 0  # transactions (rows)
         self.nslots = 0  # result slots
+        self.has_src = False  # an operation reads another record (src=)
 
     def reserve_ops(self, k: int) -> None:
         need = self.n + k
@@ -228,6 +229,7 @@ class Txn:
             st = self._table(st)
             skeys = _keys(sk, self.n, st.name)
             sbase, snk = st.base, st.nkeys
+            self._buf.has_src = True
         else:
             skeys, sbase, snk = _EMPTY_I, -1, 0
         out0 = self._slot(into)
