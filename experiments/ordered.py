@@ -220,12 +220,17 @@ def fig9(ctx, run, rec, w9, rows, quick) -> dict:
     from operators.stream.ordered_gen import skewed_keys
 
     K = 100_000
-    # 5 us per row and 16384-row packets: a packet is ~80 ms of kernel, its up to 100
-    # bucket slices ~1-2 ms of Python bookkeeping (measured: ``bookkeeping_us``), so the
-    # schemes are compared on the work, not on the interpreter
+    # 5 us per row, and packets of 1/16 of the stream (at least 16384 rows: 62500 in the
+    # full run): hybrid cuts a packet into up to 100 bucket slices, and each slice costs
+    # a fixed Python step plus a GIL hand-off when its kernel returns: the slice call
+    # took 5.9 us per row at ~150 rows per slice against 5.4 at 8192 (line_profiler, 2
+    # workers, uniform keys), i.e. ~75 us per slice. Large packets keep that at ~2 % of
+    # the work, so that the schemes are compared on the work, not on the interpreter. (Measured on 2 cores, 3 workers, 600k rows, median of 3: hybrid /
+    # partitioned at uniform keys 0.95 with 16384-row packets, 1.02 with 65536; at
+    # sigma 0.05, 1.88 and 1.96.)
     cost = 5.0
     n = rows
-    rpp = 16384
+    rpp = max(16384, rows // 16)
     bar = ctx.bar(len(SIGMAS) * ctx.repeat * 2, "fig 9")
     out = {}
     for sg in SIGMAS:
