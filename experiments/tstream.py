@@ -659,8 +659,8 @@ def _report(ctx, s, tmax) -> None:
               "- Throughput at the highest skew over theta 0 (write-only GS): "
               + ", ".join(f"{cc} {v}" for cc, v in g["skew_ratio_theta_max_over_0"].items()) + ".",
               f"- GS p99 latency at interval 500 under 1 ms: {'yes' if g['gs_p99_under_1ms_at_500'] else 'no'} "
-              f"({_fmt(s['p99_latency_ms']['gs'].get('500'))} ms, saturated: the Parser runs up to two batches "
-              f"ahead, so an event waits for the batch before its own).",
+              f"({_fmt(s['p99_latency_ms']['gs'].get('500'))} ms at {tmax} threads, saturated: an event waits "
+              f"for its batch to fill, to be computed and to go through state access).",
               "", f"Run time {s['elapsed_s']} s."]
     write_section(ctx, "tstream", "TStream: transactional shared state (seed 002)", "\n".join(lines))
 

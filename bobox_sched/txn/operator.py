@@ -149,7 +149,7 @@ class TransactionalOperator(Operator):
     def _drain(ctx, st) -> None:
         """While waiting at a barrier: move everything that arrived into the inbox (an
         operator must keep taking its input, or the runtime runs it again at once; the
-        progress controller bounds how much comes: one batch ahead)."""
+        progress controller bounds how much comes: coordinator.LOOKAHEAD)."""
         inbox = st.inbox
         if inbox and inbox[-1] is _EOS:
             return

@@ -14,9 +14,9 @@ needs to reach that barrier.
 
 Flow control (dual mode): an instance waiting at a barrier keeps taking its input
 (``operator.py``), so the controller bounds what is in flight itself: it deals batch b
-only once batch ``b - 2`` is finished (``Group.gate``: at most the batch in state access
-and the next one are out), else it returns and the group runs it again when a batch
-finishes.
+only once batch ``b - LOOKAHEAD`` is finished (``Group.gate``; LOOKAHEAD = 1: no new
+input while a batch is in state access), else it returns and the group runs it again
+when a batch finishes.
 
 :class:`ProgressController` does this for one input stream (outputs ``out0 ..
 out{T-1}``); :class:`ArrayParser` for a table of events held in memory (the benchmark's
@@ -33,6 +33,12 @@ from ..operator import Operator
 from ..packet import Packet
 from ..stream import model as _model
 from ..stream.punct import Batch, Punctuation
+
+# How often a gated ProgressController with unread input looks again (seconds). The group
+# normally runs it when the batch it waits for finishes; the poll only bounds the wait
+# if that wake-up is missed. A state-access phase takes 0.1-1 ms here (2-core VM, GS at
+# interval 500), so 1 ms polls at most once or twice per batch.
+GATED_POLL_S = 0.001
 
 
 def batch_punct_ts(k: int, interval: int, executors: int) -> int:
@@ -54,20 +60,26 @@ def deal(j0: int, n: int, counts: list, executors: int, interval: int, max_rows:
     T, I = executors, interval
     pos = [executor_rows(t, T, j0, j0 + n) for t in range(T)]
     at = [0] * T
-    while any(at[t] < pos[t].size for t in range(T)):
-        for t in range(T):
-            while at[t] < pos[t].size:
+    while True:
+        live = [t for t in range(T) if at[t] < pos[t].size]
+        if not live:
+            return
+        # Batch by batch: only the lowest batch any executor is still in, for every
+        # executor in it (a packet need not start or end at a batch boundary: executor
+        # 0 may already be in batch k+1 while the others still owe rows of batch k, and
+        # a dealer gated at k+1 must first have dealt all of k).
+        k = min(counts[t] // I for t in live)
+        for t in live:
+            while at[t] < pos[t].size and counts[t] // I == k:
                 c = counts[t]
                 room = I - (c % I)
                 if max_rows:
                     room = min(room, max_rows)
                 take = pos[t][at[t]:at[t] + room]
                 c2 = c + take.size
-                yield t, take, c // I, (batch_punct_ts(c2 // I - 1, I, T) if c2 % I == 0 else None)
+                yield t, take, k, (batch_punct_ts(k, I, T) if c2 % I == 0 else None)
                 at[t] += take.size
                 counts[t] = c2
-                if c2 % I == 0:
-                    break  # next executor: batch by batch
 
 
 class _Dealer(Operator):
@@ -145,6 +157,7 @@ class ProgressController(_Dealer):
 
     def process(self, ctx):
         if self._deal is not None and not self._pump(ctx):
+            self._stopped(ctx)
             return
         for _ in range(8):
             pkt = ctx.recv("in")
@@ -157,8 +170,19 @@ class ProgressController(_Dealer):
                 continue
             self._start(dict(pkt.columns), pkt.nrows)
             if not self._pump(ctx):
+                self._stopped(ctx)
                 return
         ctx.reschedule()
+
+    @staticmethod
+    def _stopped(ctx) -> None:
+        """Stopped with input left unread. Blocked: the receiver's next take runs us
+        again. Gated: the group runs us when the batch finishes; meanwhile the runtime
+        would re-run us at once for the unread input (a busy loop that its stall check
+        ends), so ask to be run again after a while instead -- a poll that costs a few
+        us per GATED_POLL_S."""
+        if not ctx.blocked:
+            ctx.reschedule(GATED_POLL_S)
 
 
 class ArrayParser(_Dealer):
