@@ -217,6 +217,38 @@ def test_config_checks():
     assert TxnConfig(st, 2).dual_mode and not TxnConfig(st, 2, cc="mvlk").dual_mode
 
 
+# -- pool-local batches (the coordinator fuses their first round into the build) ------
+
+
+def _ops(rows):
+    """Operation rows (record, source, transaction) in an instance buffer's layout."""
+    ib = np.zeros((max(len(rows), 1), 8), np.int64)
+    for i, (g, src, x) in enumerate(rows):
+        ib[i, 2], ib[i, 5], ib[i, 7] = g, src, x
+    return ib
+
+
+@pytest.mark.parametrize("ops, conds, local", [
+    ([(0, -1, 0), (2, -1, 0), (1, 3, 1)], [], 1),  # sources in the operation's pool
+    ([(0, -1, 0), (1, -1, 0)], [], 1),  # a transaction writing in two pools reads nothing
+    ([(0, 1, 0)], [], 0),  # a source in another pool
+    ([(0, -1, 0)], [(0, 2, -1)], 1),  # a condition on a record of the same pool
+    ([(0, -1, 0)], [(0, 1, -1)], 0),  # ... of another pool
+    ([(0, -1, 0)], [(0, 2, 3)], 0),  # a condition comparing with a record of another pool
+    ([(0, -1, 0), (1, -1, 0)], [(0, 2, -1)], 0),  # a conditional transaction in two pools
+    ([(0, -1, 0), (1, -1, 1)], [(0, 2, -1)], 1),  # ... only the unconditional one spans none
+    ([], [(0, 1, -1), (0, 3, -1)], 1),  # conditions only, one pool
+    ([], [(0, 1, -1), (0, 2, -1)], 0),
+])
+def test_pool_local_finds_every_cross_pool_read(ops, conds, local):
+    pool_of = np.array([0, 1, 0, 1], np.int64)  # record g -> pool g mod 2
+    cb = np.zeros((max(len(conds), 1), 4), np.int64)
+    for c, (x, g, g2) in enumerate(conds):
+        cb[c] = (x, g, 0, g2)
+    ntx = 1 + max([x for *_, x in ops] + [x for x, *_ in conds])
+    assert kernels().pool_local(_ops(ops), len(ops), cb, len(conds), ntx, pool_of) == local
+
+
 # -- the progress controller -----------------------------------------------------------
 
 

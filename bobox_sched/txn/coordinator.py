@@ -13,11 +13,13 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    last instance to arrive starts state-access mode (``_start_batch``).
 3. **Round 0: append, then sort.** One task per pool (``Policy.push_on``: the pool's
    worker, or node) gathers the pool's operations from every instance and sorts them by
-   (record, ts, seq): each record's run is its operation chain (``build_pool``). When no
-   operation of the batch reads another record (no ``src=``, no condition) and no pool
-   is shared by stealers, no chain waits on another: the same task walks its chains
-   right away (round 1 *fused* into round 0), which saves a round trip through the
-   scheduler per batch (GS and TP).
+   (record, ts, seq): each record's run is its operation chain (``build_pool``). When
+   no operation of the batch reads a record of another pool than its own (its source,
+   its transaction's condition records; checked per instance at arrival,
+   ``pool_local``: always so with one pool, or with no ``src=`` and no condition) and no
+   pool is shared by stealers, no chain waits on a chain of another pool, which may not
+   be built yet: the same task walks its chains right away (round 1 *fused* into round
+   0), which saves a round trip through the scheduler per batch (GS, TP, OB).
 4. **Rounds.** Tasks walk the chains (``process_pool``) at operation level: an
    operation that reads another record runs once every operation of that record's chain
    below its ts was done, in the snapshot taken when the previous round ended (or live,
@@ -238,7 +240,7 @@ class Group:
         ntx_l, nsl_l, ncs_l, nops_l = [0] * T, [0] * T, [0] * T, [0] * T
         poffs = np.zeros((T, P + 1), np.int64)
         ts_lo = None
-        has_src = False
+        local = True
         with_ops = []
         for e, i in enumerate(insts):
             if i.arrived_at != b:
@@ -251,7 +253,7 @@ class Group:
             if buf.ntx:
                 lo = int(buf.tts[: buf.ntx].min())
                 ts_lo = lo if ts_lo is None or lo < ts_lo else ts_lo
-            has_src = has_src or buf.has_src
+            local = local and i.pool_local
         txn_base = np.array([0, *accumulate(ntx_l[:-1])], np.int64)
         slot_base = np.array([0, *accumulate(nsl_l[:-1])], np.int64)
         NTX, NSL, ncond = sum(ntx_l), sum(nsl_l), sum(ncs_l)
@@ -280,8 +282,7 @@ class Group:
         else:
             cond_off = np.zeros(NTX + 1, np.int64)
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
-        self.fused = (self.fuse_rounds and ncond == 0 and not has_src
-                      and all(len(t) == 1 for t in self.placement.tasks))
+        self.fused = self.fuse_rounds and local and all(len(t) == 1 for t in self.placement.tasks)
         self.stats["fused_batches"] += self.fused
         # every instance's operations, partitioned by pool at its arrival, in one array
         iinst = np.array([0, *accumulate(nops_l)], np.int64)

@@ -137,6 +137,33 @@ def cond_only_reads(ib, fb, n, cb, nc, tts, ntx):
 
 
 @njit(nogil=True, cache=True)
+def pool_local(ib, n, cb, nc, ntx, pool_of):
+    """1 if no operation reads a record of another pool than its own: its source, and
+    the records of its transaction's conditions (every operation of a transaction
+    evaluates all of them); else 0. A transaction may write in several pools."""
+    cp = np.full(ntx, -1, np.int64)  # the pool of a transaction's condition records
+    for c in range(nc):
+        x = cb[c, 0]
+        p = pool_of[cb[c, 1]]
+        g2 = cb[c, 3]
+        if g2 >= 0 and pool_of[g2] != p:
+            return 0
+        if cp[x] < 0:
+            cp[x] = p
+        elif cp[x] != p:
+            return 0
+    for i in range(n):
+        p = pool_of[ib[i, F_G]]
+        s = ib[i, F_SRC]
+        if s >= 0 and pool_of[s] != p:
+            return 0
+        q = cp[ib[i, F_TXN]]
+        if q >= 0 and q != p:
+            return 0
+    return 1
+
+
+@njit(nogil=True, cache=True)
 def partition_ops(ib, fb, n, pool_of, npools, ob, of, poff):
     """Stable counting sort of the first `n` operations by the pool of their record
     (``pool_of[g]``) into ``ob``/``of``; ``poff[p]:poff[p+1]`` is pool p's range."""

@@ -175,6 +175,9 @@ class TransactionalOperator(Operator):
         st.poff = np.zeros(g.P + 1, np.int64)
         if buf.n:
             st.K.partition_ops(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
+        # may the batch's chains be walked as soon as they are built (coordinator step 3)?
+        st.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
+            st.K.pool_local(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
         st.waiting = True
         st.final = final
         st.arrived_at = st.batch
@@ -286,6 +289,7 @@ class _State:
         self.batch = 0
         self.last_punct = -1
         self.pib = self.pfb = self.poff = None
+        self.pool_local = True  # its arrived batch reads no record of another pool
         self.pending = None
         self.inbox = deque()  # input taken while waiting at a barrier, in arrival order
         self.results: dict = {}  # batch -> its results, set by the group when it finished
