@@ -67,7 +67,7 @@ from topology import current_node
 
 from ..operator import Operator
 from ..task import claim, schedule
-from .chains import new_batch
+from .chains import NF, new_batch
 from .funs import kernels
 from .placement import make_placement, place_store
 
@@ -249,7 +249,7 @@ class Group:
             ntx_l[e], nsl_l[e], ncs_l[e], nops_l[e] = buf.ntx, buf.nslots, buf.nc, buf.n
             if buf.n:
                 poffs[e] = i.poff
-                with_ops.append(i)
+                with_ops.append((e, i))
             if buf.ntx:
                 lo = int(buf.tts[: buf.ntx].min())
                 ts_lo = lo if ts_lo is None or lo < ts_lo else ts_lo
@@ -284,15 +284,10 @@ class Group:
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
         self.fused = self.fuse_rounds and local and all(len(t) == 1 for t in self.placement.tasks)
         self.stats["fused_batches"] += self.fused
-        # every instance's operations, partitioned by pool at its arrival, in one array
-        iinst = np.array([0, *accumulate(nops_l)], np.int64)
-        if len(with_ops) == 1:
-            i = with_ops[0]
-            pib, pfb = i.pib[: i.buf.n], i.pfb[: i.buf.n]
-        else:
-            pib = np.concatenate([i.pib[: i.buf.n] for i in with_ops])
-            pfb = np.concatenate([i.pfb[: i.buf.n] for i in with_ops])
-        self._build_args = (pib, pfb, iinst, poffs, slot_base, txn_base, np.int64(ts_lo if ts_lo is not None else 0))
+        # every instance's operations, partitioned by pool at its arrival: each pool task
+        # gathers its part from every instance (no copy of them all here, on one thread)
+        self._build_args = ([(i.pib, i.pfb, i.poff, int(slot_base[e]), int(txn_base[e])) for e, i in with_ops],
+                            np.int64(ts_lo if ts_lo is not None else 0))
         self.round = 0
         self.round_done = 0
         self.round_pending = 0
@@ -331,8 +326,15 @@ class Group:
         done = pending = 0
         tp = 0.0
         if task.kind == BUILD:
-            ib, fb, iinst, poffs, slot_base, txn_base, ts0 = self._build_args
-            K.build_pool(task.pool, ib, fb, iinst, poffs, slot_base, txn_base, ts0, B, S, self.store.has_constraints)
+            parts, ts0 = self._build_args
+            p = task.pool
+            n = int(B.pool_off[p + 1] - B.pool_off[p])
+            tmp_i = np.empty((max(n, 1), NF), np.int64)
+            tmp_f = np.empty(max(n, 1), np.float64)
+            k, span = 0, 1
+            for pib, pfb, poff, sb, tb in parts:
+                k, span = K.gather_pool(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+            K.build_pool(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
             key = "build_s"
             if self.fused:  # round 1 right away (step 3 of the module doc)
                 t1 = time.perf_counter()

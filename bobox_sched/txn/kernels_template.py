@@ -279,13 +279,33 @@ def build_conds(cb, cf, inst_off, txn_base, ntx, cond_off, conds, c_param):
 
 
 @njit(nogil=True, cache=True)
-def build_pool(p, ib, fb, inst_off, poffs, slot_base, txn_base, ts0, B, S, log_all):
-    """Round 0 for pool `p`: gather the pool's operations from every instance (instance
-    t's operations of pool p are rows ``inst_off[t] + poffs[t, p] ... + poffs[t, p+1]``
-    of ``ib``/``fb``, partitioned by pool at its arrival), order them by record, then
-    (ts, seq) -- each record's run is its operation chain, in timestamp order -- publish
-    the chains in the record directory, and mark every record that another record's
-    operation reads (its chain must keep versions). Returns the number of chains."""
+def gather_pool(p, ib, fb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span):
+    """Round 0, step 1, per instance: append one instance's operations of pool `p`
+    (rows ``poff[p]:poff[p+1]`` of its ``ib``/``fb``, partitioned by pool at its
+    arrival) to ``tmp_i``/``tmp_f`` from row `k`, with result slots and transactions
+    shifted by the instance's bases `sb`, `tb`. Within an instance a transaction's
+    operations come in issue order (seq). Returns (rows appended so far, ts span)."""
+    for r in range(poff[p], poff[p + 1]):
+        for f in range(NF):
+            tmp_i[k, f] = ib[r, f]
+        o = ib[r, F_OUT]
+        tmp_i[k, F_OUT] = o + sb if o >= 0 else -1
+        tmp_i[k, F_TXN] = ib[r, F_TXN] + tb
+        tmp_f[k] = fb[r]
+        d = ib[r, F_TS] - ts0 + 1
+        if d > span:
+            span = d
+        k += 1
+    return k, span
+
+
+@njit(nogil=True, cache=True)
+def build_pool(p, tmp_i, tmp_f, span, ts0, B, S, log_all):
+    """Round 0, step 2, for pool `p`: the pool's operations, gathered from every
+    instance into ``tmp_i``/``tmp_f`` (``gather_pool``), ordered by record, then (ts,
+    seq) -- each record's run is its operation chain, in timestamp order -- published
+    as chains in the record directory; every record that another record's operation
+    reads is marked (its chain must keep versions). Returns the number of chains."""
     oi = B.oi
     of = B.of
     base = B.pool_off[p]
@@ -293,25 +313,6 @@ def build_pool(p, ib, fb, inst_off, poffs, slot_base, txn_base, ts0, B, S, log_a
     if n == 0:
         B.pool_nch[p] = 0
         return 0
-    # Gather. Within an instance a transaction's operations come in issue order (seq).
-    tmp_i = np.empty((n, NF), np.int64)
-    tmp_f = np.empty(n, np.float64)
-    k = 0
-    span = 1
-    for t in range(inst_off.shape[0] - 1):
-        sb = slot_base[t]
-        tb = txn_base[t]
-        for r in range(inst_off[t] + poffs[t, p], inst_off[t] + poffs[t, p + 1]):
-            for f in range(NF):
-                tmp_i[k, f] = ib[r, f]
-            o = ib[r, F_OUT]
-            tmp_i[k, F_OUT] = o + sb if o >= 0 else -1
-            tmp_i[k, F_TXN] = ib[r, F_TXN] + tb
-            tmp_f[k] = fb[r]
-            d = ib[r, F_TS] - ts0 + 1
-            if d > span:
-                span = d
-            k += 1
     # Append, then sort -- by two stable counting sorts instead of comparisons: by ts
     # (a transaction's operations keep their issue order), then grouped by record, the
     # records in order of first appearance (a chain only needs its record's operations
