@@ -51,7 +51,8 @@ Protocol (who touches what, when):
   last task, alone (no other task of the batch exists at that moment).
 
 GIL: Python work per batch is O(instances + pools x rounds); every per-operation step is
-in a nogil kernel. A free-threaded build needs nothing more: the shared state is either
+in a kernel (nogil but for the per-call registration copies, kernels_template.py). A
+free-threaded build needs nothing more: the shared state is either
 under ``_lock``, in atomics, or handed over through the runtime's task push.
 """
 
