@@ -377,14 +377,30 @@ class _Null(Sink):
 
 
 def test_versions_only_where_read_and_freed_after_every_batch(monkeypatch):
+    # Observed when the next batch starts (and once the request ended): the previous
+    # batch is finished then and this one has built nothing yet. Right after _finish
+    # returns, the instances it scheduled may already be building the next batch on
+    # the other worker.
     seen = []
-    orig = coord.Group._finish
+    orig_start = coord.Group._start_batch
+    orig_finish = coord.Group._finish
+
+    def state(self, nops):
+        return nops, self.live_versions, int((self.rec_chain >= 0).sum()), int(self.rec_ver.sum())
+
+    def start(self):
+        seen.append(state(self, 0))
+        orig_start(self)
 
     def finish(self):
         nops = self.NOPS if self.B is not None else 0
-        orig(self)
-        seen.append((nops, self.live_versions, int((self.rec_chain >= 0).sum()), int(self.rec_ver.sum())))
+        orig_finish(self)
+        if self.final:
+            seen.append(state(self, nops))
+        else:
+            seen.append((nops, 0, 0, 0))  # the batch's size, for the bound below
 
+    monkeypatch.setattr(coord.Group, "_start_batch", start)
     monkeypatch.setattr(coord.Group, "_finish", finish)
     # no cross-record reads: nothing is versioned
     store = make_store(50, False, 1)
