@@ -58,9 +58,9 @@ SIGMAS = (0.05, 0.1, 0.25, 0.5, 1.0, None)  # None: uniform
 # The queries' partitioned operators in figures 8 and 14: partitions="auto" (p = 2 x
 # workers, at most 100; bobox_sched/stream/partitioned.py). With the paper's p = 100 a
 # packet is cut into up to 100 slices, each a fixed Python step under the GIL, and that
-# step, not the heuristic or the reorder scheme, sets the throughput: measured on the 2-core machine (2026-11-25,
-# 1M rows, 2 workers, median of 3), CT / LP on Q1 was 0.73 at p = 100 and 0.94 with
-# "auto", CT running 1.60 vs 2.88 M rows/s. Figure 11 measures both p
+# step, not the heuristic or the reorder scheme, sets the throughput: measured on the
+# 2-core machine (2026-11-25, 1M rows, 2 workers, median of 3), CT / LP on Q1 was 0.73
+# at p = 100 and 0.94 with "auto", CT running 1.60 vs 2.88 M rows/s. Figure 11 measures both p
 # (``ratio_auto_over_paper_p``).
 QUERY_PARTITIONS = "auto"
 NAME = "ordered"
@@ -225,9 +225,10 @@ def fig9(ctx, run, rec, w9, rows, quick) -> dict:
     # a fixed Python step plus a GIL hand-off when its kernel returns: the slice call
     # took 5.9 us per row at ~150 rows per slice against 5.4 at 8192 (line_profiler, 2
     # workers, uniform keys), i.e. ~75 us per slice. Large packets keep that at ~2 % of
-    # the work, so that the schemes are compared on the work, not on the interpreter. (Measured on 2 cores, 3 workers, 600k rows, median of 3: hybrid /
-    # partitioned at uniform keys 0.95 with 16384-row packets, 1.02 with 65536; at
-    # sigma 0.05, 1.88 and 1.96.)
+    # the work, so that the schemes are compared on the work, not on the interpreter.
+    # (Measured on 2 cores, 3 workers, 600k rows, median of 3: hybrid / partitioned at
+    # uniform keys 0.95 with 16384-row packets, 1.02 with 65536; at sigma 0.05, 1.88
+    # and 1.96.)
     cost = 5.0
     n = rows
     rpp = max(16384, rows // 16)

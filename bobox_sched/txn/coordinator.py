@@ -52,8 +52,8 @@ Protocol (who touches what, when):
 
 GIL: Python work per batch is O(instances + pools x rounds); every per-operation step is
 in a kernel (nogil but for the per-call registration copies, kernels_template.py). A
-free-threaded build needs nothing more: the shared state is either
-under ``_lock``, in atomics, or handed over through the runtime's task push.
+free-threaded build needs nothing more: the shared state is either under ``_lock``, in
+atomics, or handed over through the runtime's task push.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ from .placement import make_placement, place_store
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
 # Batches a dealer may have out beyond the last finished one: only the batch being
 # computed or in state access -- no new input enters while a batch is in state access
-# ("e6 and e7 wait", paper Fig. 3a). One more batch of slack (2, the setting before
-# 2026-11-25) let the dealer's Python run during state access, where it delayed the
+# ("e6 and e7 wait", paper Fig. 3a). One more batch of slack (2, the setting until
+# 2026-11-26) let the dealer's Python run during state access, where it delayed the
 # pool tasks (each waits for the GIL) and made every event wait for the batch before
 # its own. Measured on 2 workers, 200k events, median of 4, 1 vs 2: throughput GS 596k
 # vs 576k, SL 682k vs 677k, OB 535k vs 526k, TP 1618k vs 1522k; p99 latency GS 1.96 vs
-# 4.24 ms, SL 1.63 vs 3.83, OB 2.06 vs 4.56, TP 0.75 vs 1.72 (.scratch-style driver
+# 4.24 ms, SL 1.63 vs 3.83, OB 2.06 vs 4.56, TP 0.75 vs 1.72 (an uncommitted driver
 # over operators.txn.run_once, both settings alternating in one process).
 LOOKAHEAD = 1
 INF_TS = 2**62
