@@ -39,6 +39,20 @@ def test_every_model_runs_every_shape_in_order(shape, model):
     assert len(r["samples"]) == 3 and r["ctx_switches"] >= 0
 
 
+@pytest.mark.parametrize("ncpu", [2, 16, 64])
+def test_elastic_settings_leave_the_minimum_at_one_thread(ncpu):
+    """The experiment's elastic settings keep ``min_level`` at 1 on any machine: the
+    deadlock rule (1 + the most input ports) would raise it to 11 on the mixed graph (its
+    Snk has 10 ports), which on 16 CPUs pinned elastic far above the best static point
+    (the module doc). No adaptation happens in this run (one period is an hour)."""
+    from experiments.streams_exp import settings_for
+
+    cfg = settings_for(True, ncpu, 20)
+    kw = {"elastic": True, "min_level": cfg["min_level"], "max_level": min(cfg["max_level"], 12), "period_s": 3600}
+    r = run_once("mixed", 20, 100, {"queue_capacity": queue_for("mixed", 20), **kw}, 0.3, 0.1)
+    assert cfg["min_level"] == 1 and r["level"] == 1 and r["violations"] == 0
+
+
 @pytest.mark.slow
 def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
     import topology as T
