@@ -8,8 +8,9 @@ Layout: pool p's operations occupy rows ``[pool_off[p], pool_off[p+1])`` of ``oi
 (param, post value); after round 0 they are sorted by (record, ts, seq), and pool p's
 c-th chain has the global id ``pool_off[p] + c``: ``ch[c]`` = (first operation, end,
 record), ``ch_next[c]`` its progress (the next operation to run; published with atomic
-stores), ``ch_snap[r & 1, c]`` its next ts as published when round r ended, ``ch_sval[c]``
-its record's value at batch start. The post value of operation i is the record's value
+stores), ``ch_snap[r & 1, c]`` its next ts as published when round r ended, ``ch_own[c]``
+the claim stamp of the stealer walking it this round (0 after round 0; process_pool),
+``ch_sval[c]`` its record's value at batch start. The post value of operation i is the record's value
 after it: for chains that others read (``rec_ver``) these are the chain's *versions*
 (spec 3.2.6); a reader at ts binary-searches the last one below ts. ``rec_chain[g]``
 maps a record to its chain in this batch (-1: untouched). Conditions: ``conds[k]`` =
@@ -30,7 +31,7 @@ import numpy as np
 
 BatchArrays = namedtuple(
     "BatchArrays",
-    "oi of o_viol ch ch_next ch_snap ch_sval pool_off pool_nch pool_cur rec_chain rec_ver "
+    "oi of o_viol ch ch_next ch_snap ch_sval ch_own pool_off pool_nch pool_cur rec_chain rec_ver "
     "cond_off conds c_param aborted verdict res aux_snap",
 )
 
@@ -48,7 +49,7 @@ def new_batch(group, nops: int, ntx: int, npools: int, pool_off: np.ndarray, res
             "oi": np.empty((cap, NF), np.int64), "of": np.empty((cap, 2), np.float64),
             "o_viol": np.zeros(cap, np.int8), "ch": np.empty((cap, 3), np.int64),
             "ch_next": np.empty(cap, np.int64), "ch_snap": np.empty((2, cap), np.int64),
-            "ch_sval": np.empty(cap, np.float64),
+            "ch_sval": np.empty(cap, np.float64), "ch_own": np.zeros(cap, np.int64),
         }
         group._cols, group._cap = cols, cap
     st = group.store

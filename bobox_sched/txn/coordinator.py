@@ -22,8 +22,11 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    0), which saves a round trip through the scheduler per batch (GS, TP, OB).
 4. **Rounds.** Tasks walk the chains (``process_pool``) at operation level: an
    operation that reads another record runs once every operation of that record's chain
-   below its ts was done, in the snapshot taken when the previous round ended (or live,
-   for chains the same task walks). Chains that others read keep one version per
+   below its ts was done, in the snapshot taken when the previous round ended for a chain
+   of another pool, live for one of the task's own pool (which it walks first, when it
+   needs it). Stealers that share a pool claim its chains (from the pool's cursor, or
+   on demand when a chain they walk needs one no stealer has claimed yet) and read the
+   chains another stealer claimed live. Chains that others read keep one version per
    operation. Each round runs at least the lowest pending operation (spec 3.2.5).
 5. **Aborts** (spec 3.4): when no operation is pending, the smallest-ts transaction that
    violated a constraint is aborted, the chains it touched and their dependents are
@@ -45,8 +48,12 @@ Protocol (who touches what, when):
   and in rounds by the task that walks a chain; a round ends only when its last task
   took ``_lock``, and the next round's tasks are pushed after that (lock release, then
   the policy's deque append): everything a round wrote is visible to the next. Inside a
-  round, tasks that share a pool (work stealing) claim chains with an atomic cursor and
-  publish chain progress with atomic stores (``atomics.py``).
+  round, tasks that share a pool (work stealing) take chain indices from an atomic
+  cursor and own a chain once their compare-and-swap of its ``ch_own`` stamp (round,
+  stealer) succeeds: only the owner writes a chain's operations, record and progress,
+  and it publishes the progress with an atomic store after the values, so a stealer
+  that reads another's chain (atomic load of the progress, then the versions below it)
+  sees finished values only (``atomics.py``, ``process_pool``).
 * ``_start_batch``, ``_advance`` and ``_finish`` run on the thread of the last arrival /
   last task, alone (no other task of the batch exists at that moment).
 
@@ -311,15 +318,18 @@ class Group:
             self.outstanding = len(jobs)
             self.round_done = 0
             self.round_pending = 0
-        policy = self.request.policy
         for task, target in jobs:
             task.kind = kind
             task.round = self.round
-            # task.py's token protocol: take the token and push to the target; a task
-            # still in run_task's epilogue of an earlier round holds it, and sees
-            # _bx_again there and runs again (as task.schedule does).
-            if claim(task):
-                policy.push_on(self.request, task, node=target.node, worker=target.worker)
+            self._push(task, target)
+
+    def _push(self, task, target) -> None:
+        """Hand a pool task to the policy, to run on its target (tests run it inline)."""
+        # task.py's token protocol: take the token and push to the target; a task still in
+        # run_task's epilogue of an earlier round holds it, and sees _bx_again there and
+        # runs again (as task.schedule does).
+        if claim(task):
+            self.request.policy.push_on(self.request, task, node=target.node, worker=target.worker)
 
     def _run_task(self, task, worker) -> None:
         t0 = time.perf_counter()
@@ -340,13 +350,14 @@ class Group:
             if self.fused:  # round 1 right away (step 3 of the module doc)
                 t1 = time.perf_counter()
                 sc, sl, out = task.scratch
-                done, pending = K.process_pool(task.pool, 1, False, B, S, sc, sl, out)
+                done, pending = K.process_pool(task.pool, 1, 0, B, S, sc, sl, out)
                 tp = time.perf_counter() - t1
                 t0 += tp
         else:
             sc, sl, out = task.scratch
-            done, pending = K.process_pool(task.pool, task.round & 1, len(self.placement.tasks[task.pool]) > 1, B, S,
-                                           sc, sl, out)
+            # a stealer's claim stamp (kernels_template.process_pool); 0: the pool's only task
+            me = (task.round << K.CLAIM_BITS) | (task.k + 1) if len(self.placement.tasks[task.pool]) > 1 else 0
+            done, pending = K.process_pool(task.pool, task.round & 1, me, B, S, sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
         if done:
