@@ -322,3 +322,77 @@ def test_funs_with_sources_read_the_pre_transaction_value():
     res, verdict, _ = serial_run(st, rec)
     assert a.values().tolist() == [101.0, 11.0]  # a[1] = 1 + 10 (pre-transaction a[0])
     assert res[0] == 101.0
+
+
+@given(n=st.integers(1, 40), L=st.integers(1, 5), nkeys=st.sampled_from([2, 7, 50]), seed=st.integers(0, 2**31),
+       src_2d=st.booleans(), param_2d=st.booleans())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_two_d_keys_equal_one_call_per_column(n, L, nkeys, seed, src_2d, param_2d):
+    """Keys of shape (rows, L) issue L operations per row in one call, exactly as L calls
+    with the columns in order: the same final state and the same results, with masks,
+    per-row or per-operation parameters and sources, and repeated keys in a row."""
+    from bobox_sched.txn import ADD_SRC
+    from bobox_sched.txn.oracle import serial_oracle
+
+    rng = np.random.default_rng(seed)
+    cols = {"ts": np.arange(n), "m": rng.random(n) < 0.6, "p": rng.random(n)}
+    for j in range(L):
+        cols[f"k{j}"] = rng.integers(0, nkeys, n)
+        cols[f"s{j}"] = rng.integers(0, nkeys, n)
+        cols[f"v{j}"] = rng.random(n)
+
+    def two_d(eb, name):
+        return np.column_stack([eb[f"{name}{j}"] for j in range(L)])
+
+    class Cols(TransactionalOperator):
+        def state_access(self, txn, eb):
+            a, m = self.store["a"], eb["m"]
+            for j in range(L):
+                txn.read(a, eb[f"k{j}"], into=f"r{j}", where=m)
+            for j in range(L):
+                txn.write(a, eb[f"k{j}"], eb[f"v{j}"], where=~m)
+            for j in range(L):
+                txn.read_modify(a, eb[f"k{j}"], ADD_SRC, param=eb[f"v{j}"] if param_2d else eb["p"],
+                                src=(a, eb[f"s{j}"] if src_2d else eb["s0"]), into=f"u{j}")
+
+        def post_process(self, eb):
+            return {"ts": eb.ts, **{f"{c}{j}": eb[f"{c}{j}"] for c in "ru" for j in range(L)}}
+
+    class TwoD(TransactionalOperator):
+        def state_access(self, txn, eb):
+            a, m, k = self.store["a"], eb["m"], two_d(eb, "k")
+            txn.read(a, k, into="r", where=m)
+            txn.write(a, k, two_d(eb, "v"), where=~m)
+            txn.read_modify(a, k, ADD_SRC, param=two_d(eb, "v") if param_2d else eb["p"],
+                            src=(a, two_d(eb, "s") if src_2d else eb["s0"]), into="u")
+
+        def post_process(self, eb):
+            return {"ts": eb.ts, **{f"{c}{j}": eb[c][:, j] for c in "ru" for j in range(L)}}
+
+    runs = []
+    for Op in (Cols, TwoD):
+        store = StateStore(StateTable("a", nkeys, init=np.arange(nkeys, dtype=np.float64)))
+        dense, outs, _ = serial_oracle(Op(TxnConfig(store, 1), 0), store, [Packet(dict(cols))])
+        runs.append((dense, outs[0]))
+    (d1, o1), (d2, o2) = runs
+    assert np.array_equal(d1, d2, equal_nan=True)
+    assert o1.keys() == o2.keys() and all(np.array_equal(o1[c], o2[c], equal_nan=True) for c in o1)
+
+
+def test_two_d_keys_checks():
+    a = StateTable("a", 3)
+    txn, eb = _txn(StateStore(a))
+    k2 = np.array([[0, 1], [1, 2], [2, 0]])
+    with pytest.raises(ValueError):
+        txn.write(a, k2, np.ones((3, 3)))  # values: (3,) or (3, 2)
+    with pytest.raises(ValueError):
+        txn.read_modify(a, k2, INC, src=(a, np.zeros((3, 3), np.int64)))  # source keys: (3,) or (3, 2)
+    with pytest.raises(ValueError):
+        txn.write(a, np.zeros((2, 2), np.int64), 1.0)  # one row of keys per event
+    with pytest.raises(ValueError):
+        txn.read(a, np.zeros((3, 300), np.int64), into="big")  # more than 255 operations per transaction
+    txn.read(a, k2, into="x")
+    txn.write(a, k2, np.ones((3, 2)))
+    assert txn._buf.n == 12 and txn._seq == 4 and eb.slots["x"] == (0, 2)
+    txn.read(a, k2[:, :1], into="one")  # (3, 1) keys: a (3, 1) column
+    assert eb.slots["one"] == (6, 1) and txn._seq == 5

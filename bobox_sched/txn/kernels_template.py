@@ -57,34 +57,41 @@ CLAIM_BITS = 20
 @njit(nogil=False, cache=True)
 def append_ops(ib, fb, n0, ts, seq, keys, tbase, nkeys, kind, fun, params, srckeys, sbase, snkeys, out0, txn0,
                mask, use_mask):
-    """Append one operation per selected row (``mask``) to the buffer at row `n0`:
-    record ``tbase + keys[r]``, source ``sbase + srckeys[r]`` (``sbase`` < 0: none),
-    result slot ``out0 + r`` (``out0`` < 0: none), transaction ``txn0 + r``. Returns the
-    new row count, or ``-1 - r`` for the first row whose key is out of range."""
+    """Append ``keys.shape[1]`` operations per selected row (``mask``) to the buffer at
+    row `n0`, the j-th with sequence number ``seq + j``: record ``tbase + keys[r, j]``,
+    source ``sbase + srckeys[r, j or 0]`` (``sbase`` < 0: none), parameter
+    ``params[r, j or 0]`` (a second dimension of 1 is shared by the row's operations),
+    result slot ``out0 + r * L + j`` (``out0`` < 0: none), transaction ``txn0 + r``.
+    Returns the new row count, or ``-1 - r`` for the first row with a key out of
+    range."""
     n = keys.shape[0]
+    L = keys.shape[1]
+    pj = params.shape[1] > 1
+    sj = srckeys.shape[1] > 1
     k = n0
     for r in range(n):
         if use_mask and not mask[r]:
             continue
-        key = keys[r]
-        if key < 0 or key >= nkeys:
-            return -1 - r
-        ib[k, F_TS] = ts[r]
-        ib[k, F_SEQ] = seq
-        ib[k, F_G] = tbase + key
-        ib[k, F_KIND] = kind
-        ib[k, F_FUN] = fun
-        if sbase >= 0:
-            sk = srckeys[r]
-            if sk < 0 or sk >= snkeys:
+        for j in range(L):
+            key = keys[r, j]
+            if key < 0 or key >= nkeys:
                 return -1 - r
-            ib[k, F_SRC] = sbase + sk
-        else:
-            ib[k, F_SRC] = -1
-        ib[k, F_OUT] = out0 + r if out0 >= 0 else -1
-        ib[k, F_TXN] = txn0 + r
-        fb[k] = params[r]
-        k += 1
+            ib[k, F_TS] = ts[r]
+            ib[k, F_SEQ] = seq + j
+            ib[k, F_G] = tbase + key
+            ib[k, F_KIND] = kind
+            ib[k, F_FUN] = fun
+            if sbase >= 0:
+                sk = srckeys[r, j if sj else 0]
+                if sk < 0 or sk >= snkeys:
+                    return -1 - r
+                ib[k, F_SRC] = sbase + sk
+            else:
+                ib[k, F_SRC] = -1
+            ib[k, F_OUT] = out0 + r * L + j if out0 >= 0 else -1
+            ib[k, F_TXN] = txn0 + r
+            fb[k] = params[r, j if pj else 0]
+            k += 1
     return k
 
 

@@ -5,8 +5,12 @@ One ``state_access(txn, eb)`` call covers one packet: every row is an event, and
 operations a row issues form its *state transaction* (Def. 1), with the row's ``ts``.
 Each ``txn.read`` / ``txn.write`` / ``txn.read_modify`` call issues **one operation per
 row** (per row selected by ``where``), vectorized: keys, values and parameters are
-arrays (or scalars). Within a transaction operations keep their issue order (``seq``:
-the call's position in the ``state_access`` call, spec 1.5).
+arrays (or scalars); with keys of shape (rows, L) it issues L operations per row, as L
+calls with the columns in order would, in one call (GS's ten reads: one call, not
+ten -- each call is Python under the GIL). Values, parameters and source keys are then
+(rows,) (shared by the row's operations) or (rows, L), and ``into`` names a (rows, L)
+column. Within a transaction operations keep their issue order (``seq``: the call's
+position in the ``state_access`` call, and the column within a call, spec 1.5).
 
 * ``txn.read(table, keys, into="x")``: the record's value goes to blotter column ``x``.
 * ``txn.write(table, keys, values)``: state(d) <- value.
@@ -129,35 +133,47 @@ class EventBlotter:
         return self.n
 
     def fill(self, res: np.ndarray, verdict: np.ndarray, slot_base: int, txn_base: int) -> None:
-        """Point the result columns at the batch's result slots."""
-        for name, s in self.slots.items():
+        """Point the result columns at the batch's result slots ((rows, L) for a call
+        with 2-D keys)."""
+        n = self.n
+        for name, (s, L) in self.slots.items():  # L 0: a call with 1-D keys
             a = slot_base + s
-            self.columns[name] = res[a:a + self.n]
+            self.columns[name] = res[a:a + n] if L == 0 else res[a:a + n * L].reshape(n, L)
         t = txn_base + self.txn0
         self.success = verdict[t:t + self.n] != 0
 
 
-def _keys(keys, n: int, what: str) -> np.ndarray:
+def _keys(keys, n: int, what: str, two_d: bool = False) -> np.ndarray:
+    """Keys as int64: (n,) one per row; with `two_d` also (n, L), L per row."""
     k = np.asarray(keys)
     if k.ndim == 0:
         return np.full(n, int(k), np.int64)
-    if k.shape != (n,):
-        raise ValueError(f"{what}: expected {n} keys (one per event), got shape {k.shape}")
+    if k.shape != (n,) and not (two_d and k.ndim == 2 and k.shape[0] == n and k.shape[1] >= 1):
+        raise ValueError(f"{what}: expected {n} keys (one per event{', or (events, L)' if two_d else ''}), got "
+                         f"shape {k.shape}")
     if k.dtype.kind not in "iu":
         raise ValueError(f"{what}: keys must be integers, got {k.dtype}")
     return np.ascontiguousarray(k, np.int64)
 
 
-def _floats(v, n: int, what: str) -> np.ndarray:
+def _floats(v, n: int, what: str, L: int = 0) -> np.ndarray:
+    """Values as float64: (n,) one per row, or (n, L) when `L` (a call with 2-D keys)."""
     a = np.asarray(v, np.float64)
     if a.ndim == 0:
         return np.full(n, float(a), np.float64)
-    if a.shape != (n,):
-        raise ValueError(f"{what}: expected {n} values (one per event), got shape {a.shape}")
+    if a.shape != (n,) and not (L and a.shape == (n, L)):
+        raise ValueError(f"{what}: expected {n} values (one per event{f', or ({n}, {L})' if L else ''}), got "
+                         f"shape {a.shape}")
     return np.ascontiguousarray(a)
 
 
+def _cols(a: np.ndarray) -> np.ndarray:
+    """(n,) -> (n, 1) (a view): the kernels take one column per operation of a row."""
+    return a if a.ndim == 2 else a.reshape(a.shape[0], 1)
+
+
 _EMPTY_I = np.zeros(1, np.int64)
+_EMPTY_I2 = np.zeros((1, 1), np.int64)
 _EMPTY_B = np.zeros(1, np.bool_)
 
 
@@ -200,7 +216,7 @@ class Txn:
             raise ValueError(f"where= must be a boolean array of {self.n} rows")
         return m, True, self.n
 
-    def _slot(self, into):
+    def _slot(self, into, L: int = 0):
         if into is None:
             return -1
         if not isinstance(into, str) or not into:
@@ -209,17 +225,19 @@ class Txn:
         if into in eb.slots:
             raise ValueError(f"result column {into!r} is written twice in one state_access")
         s = self._buf.nslots
-        eb.slots[into] = s
-        self._buf.nslots = s + self.n
+        eb.slots[into] = (s, L)
+        self._buf.nslots = s + self.n * max(L, 1)
         return s
 
     def _issue(self, kind, table, keys, fun, params, src, into, where, cond):
         t = self._table(table)
         if cond is not None:
             self.require(*(cond if isinstance(cond, (list, tuple)) else (cond,)), where=where)
-        if self._seq >= MAX_OPS_PER_TXN:
+        keys = _keys(keys, self.n, t.name, two_d=True)
+        L = keys.shape[1] if keys.ndim == 2 else 0  # 0: 1-D keys, one operation per row
+        if self._seq + max(L, 1) > MAX_OPS_PER_TXN:
             raise ValueError(f"more than {MAX_OPS_PER_TXN} operations in one transaction")
-        keys = _keys(keys, self.n, t.name)
+        params = _floats(params, self.n, "values" if kind == WRITE else "param", L)
         mask, use_mask, m = self._mask(where)
         if src is not None:
             try:
@@ -227,38 +245,44 @@ class Txn:
             except (TypeError, ValueError):
                 raise ValueError("src= must be a (table, keys) pair") from None
             st = self._table(st)
-            skeys = _keys(sk, self.n, st.name)
+            skeys = _keys(sk, self.n, st.name, two_d=L > 0)
+            if skeys.ndim == 2 and skeys.shape[1] != L:
+                raise ValueError(f"src= keys: expected ({self.n},) or ({self.n}, {L}), got shape {skeys.shape}")
+            skeys = _cols(skeys)
             sbase, snk = st.base, st.nkeys
             self._buf.has_src = True
         else:
-            skeys, sbase, snk = _EMPTY_I, -1, 0
-        out0 = self._slot(into)
+            skeys, sbase, snk = _EMPTY_I2, -1, 0
+        out0 = self._slot(into, L)
         buf = self._buf
-        buf.reserve_ops(m)
-        r = self._K.append_ops(buf.ib, buf.fb, buf.n, self.ts, self._seq, keys, t.base, t.nkeys, kind, fun, params,
-                               skeys, sbase, snk, out0, self.txn0, mask, use_mask)
+        buf.reserve_ops(m * max(L, 1))
+        r = self._K.append_ops(buf.ib, buf.fb, buf.n, self.ts, self._seq, _cols(keys), t.base, t.nkeys, kind, fun,
+                               _cols(params), skeys, sbase, snk, out0, self.txn0, mask, use_mask)
         if r < 0:
             row = -1 - r
             raise IndexError(f"table {t.name!r}: key {keys[row]} (or its source key) of event ts={self.ts[row]} "
                              f"is outside 0..{t.nkeys - 1}")
         buf.n = r
-        self._seq += 1
+        self._seq += max(L, 1)
 
     def read(self, table, keys, into: str, where=None) -> None:
-        """READ: the value of ``table[keys]`` (per row) goes to blotter column `into`."""
-        self._issue(READ, table, keys, 0, np.zeros(self.n), None, into, where, None)
+        """READ: the value of ``table[keys]`` (per row; keys (rows, L): L reads per row,
+        `into` a (rows, L) column) goes to blotter column `into`."""
+        self._issue(READ, table, keys, 0, 0.0, None, into, where, None)
 
     def write(self, table, keys, values, where=None, cond=None) -> None:
-        """WRITE: ``table[keys] <- values`` (per row)."""
-        self._issue(WRITE, table, keys, 0, _floats(values, self.n, "values"), None, None, where, cond)
+        """WRITE: ``table[keys] <- values`` (per row; keys (rows, L): L writes per row,
+        values (rows,) or (rows, L))."""
+        self._issue(WRITE, table, keys, 0, values, None, None, where, cond)
 
     def read_modify(self, table, keys, fun: Fun, param=0.0, src=None, into: str | None = None, where=None,
                     cond=None) -> None:
         """READ_MODIFY: ``table[keys] <- fun(table[keys], src value, param)``; the new
-        value goes to `into` if given."""
+        value goes to `into` if given (keys (rows, L): L operations per row, as with
+        ``read``)."""
         if not isinstance(fun, Fun):
             raise TypeError(f"fun must be a Fun (e.g. INC, or register_fun(...)), got {fun!r}")
-        self._issue(RMW, table, keys, fun.code, _floats(param, self.n, "param"), src, into, where, cond)
+        self._issue(RMW, table, keys, fun.code, param, src, into, where, cond)
 
     def require(self, *conds: Cond, where=None) -> None:
         """Conditions of the rows' transactions (ANDed into their verdicts)."""

@@ -50,20 +50,17 @@ class GrepSum(TransactionalOperator):
 
     def state_access(self, txn, eb):
         rd = eb["read"]
-        wr = ~rd
-        for i in range(self.LENGTH):
-            k = eb[f"k{i}"]
-            txn.read(self.table, k, into=f"r{i}", where=rd)
-            txn.write(self.table, k, eb["v"], where=wr)
+        # the ten keys of each event as one (events, 10) array: one call issues the ten
+        # reads of every read event, one the ten writes of every write event
+        k = np.column_stack([eb[f"k{i}"] for i in range(self.LENGTH)])
+        txn.read(self.table, k, into="r", where=rd)
+        txn.write(self.table, k, eb["v"], where=~rd)
 
     def post_process(self, eb):
         out = {"ts": eb.ts, "t_in": eb["t_in"], "ok": eb.success}
         if self.with_sum:
-            # the reads' sum (write events have no read results: NaN, masked once at the end)
-            s = eb["r0"].copy()
-            for i in range(1, self.LENGTH):
-                s += eb[f"r{i}"]
-            out["sum"] = np.where(eb["read"], s, 0.0)
+            # the reads' sum (write events have no read results: NaN, masked at the end)
+            out["sum"] = np.where(eb["read"], eb["r"].sum(axis=1), 0.0)
         return out
 
 
@@ -106,10 +103,11 @@ class Bidding(TransactionalOperator):
         bid, alter, top = kind == 0, kind == 1, kind == 2
         txn.require(LE(self.price, eb["k0"], eb["bp"]), GE(self.qty, eb["k0"], eb["bq"]), where=bid)
         txn.read_modify(self.qty, eb["k0"], DEC, param=eb["bq"], into="left", where=bid)
-        for i in range(self.LENGTH):
-            k = eb[f"k{i}"]
-            txn.write(self.price, k, eb[f"v{i}"], where=alter)
-            txn.read_modify(self.qty, k, INC, param=eb[f"v{i}"], where=top)
+        # an alter's 20 writes and a top's 20 increments, each one call ((events, 20) keys)
+        k = np.column_stack([eb[f"k{i}"] for i in range(self.LENGTH)])
+        v = np.column_stack([eb[f"v{i}"] for i in range(self.LENGTH)])
+        txn.write(self.price, k, v, where=alter)
+        txn.read_modify(self.qty, k, INC, param=v, where=top)
 
     def post_process(self, eb):
         return {"ts": eb.ts, "t_in": eb["t_in"], "ok": eb.success, "left": eb["left"]}
