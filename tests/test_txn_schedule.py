@@ -54,20 +54,83 @@ def _check(store, events, cfg, **kw):
     return summary, grp
 
 
+@pytest.fixture(autouse=True, scope="module")
+def per_pool_tasks():
+    """Every batch in these tests is small, so all would take the one-task path
+    (``Group.single_task_ops``): they run the per-pool tasks, and the tests of the
+    one-task path set it themselves (module scope: hypothesis refuses function-scoped
+    fixtures)."""
+    old = coord.Group.single_task_ops
+    coord.Group.single_task_ops = 0
+    yield
+    coord.Group.single_task_ops = old
+
+
 # -- 1. serial equivalence ----------------------------------------------------------------
 
 
 @given(nkeys=st.sampled_from([1, 3, 40, 10_000]), theta=st.sampled_from([0.0, 0.6, 1.5]),
        interval=st.sampled_from([1, 2, 7, 500]), T=st.integers(1, 8), mode=st.sampled_from(MODES),
        steal=st.booleans(), n=st.integers(1, 150), seed=st.integers(0, 2**31), cycles=st.booleans(),
-       constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans())
+       constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans(),
+       single=st.sampled_from([0, 40, 10**9]))
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_tstream_is_serially_equivalent(nkeys, theta, interval, T, mode, steal, n, seed, cycles, constrained,
-                                        policy, virtual):
+                                        policy, virtual, single):
+    """`single`: batches of at most that many operations run in one task (0: none, 40:
+    some, 10**9: all)."""
     store = make_store(nkeys, constrained, seed)
     ev = make_events(n, nkeys, theta, seed, cycles=cycles)
     cfg = TxnConfig(store, T, interval=interval, numa_mode=mode, work_stealing=steal)
-    _check(store, ev, cfg, policy=policy, topology=_vtopo() if virtual else None)
+    coord.Group.single_task_ops = single
+    try:
+        _check(store, ev, cfg, policy=policy, topology=_vtopo() if virtual else None)
+    finally:
+        coord.Group.single_task_ops = 0
+
+
+@pytest.mark.parametrize("mode, steal", [("shared-nothing", False), ("shared-nothing", True),
+                                         ("shared-per-socket", True), ("shared-everything", True)])
+def test_small_batches_run_in_one_task(mode, steal):
+    """On one node, a batch of at most ``single_task_ops`` operations runs in one task
+    that builds every pool and walks every chain as its own: fused, with no round beyond
+    the first even with cross-pool reads and SL-style cycles (no constraints here, so no
+    aborts), and equal to the oracle. On the same events the per-pool path (4 workers
+    on one node: 4 pools, or one pool and stealers) needs more rounds, or is not fused."""
+    ev = make_events(400, 30, 1.0, 11, deps=True, conds=True, cycles=True)
+    out = {}
+    for single in (0, 10**9):
+        store = make_store(30, False, 11)
+        coord.Group.single_task_ops = single
+        try:
+            out[single], grp = _check(store, ev, TxnConfig(store, 4, interval=20, numa_mode=mode,
+                                                            work_stealing=steal), threads=4)
+        finally:
+            coord.Group.single_task_ops = 0
+    one, per_pool = out[10**9], out[0]
+    with_ops = one["batches"] - one["empty_batches"]
+    assert sum(len(t) for t in grp.placement.tasks) > 1  # more than one task a round on the per-pool path
+    assert one["single_task_batches"] == one["fused_batches"] == one["rounds"] == with_ops
+    assert per_pool["single_task_batches"] == 0
+    if grp.P > 1:  # cross-pool reads from the last round's snapshot: more rounds
+        assert per_pool["rounds"] > with_ops
+    else:  # one pool with stealers: never fused
+        assert per_pool["fused_batches"] == 0
+
+
+def test_small_batches_keep_a_task_per_node_on_several_nodes():
+    """With pools on two nodes, small batches keep their per-pool tasks (each walked on
+    its pool's node): the one-task path only applies where every pool shares a node."""
+    ev = make_events(200, 30, 1.0, 12, cycles=True)
+    store = make_store(30, False, 12)
+    coord.Group.single_task_ops = 10**9
+    try:
+        summary, grp = _check(store, ev, TxnConfig(store, 4, interval=20, numa_mode="shared-per-socket"),
+                              topology=_vtopo())
+    finally:
+        coord.Group.single_task_ops = 0
+    assert grp.P == 2 and summary["single_task_batches"] == 0
+    assert summary["placement_locality"] == 1.0
 
 
 @given(nkeys=st.sampled_from([1, 3, 40, 10_000]), interval=st.sampled_from([1, 7, 500]), T=st.integers(1, 6),

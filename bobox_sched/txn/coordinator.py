@@ -20,6 +20,13 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    pool is shared by stealers, no chain waits on a chain of another pool, which may not
    be built yet: the same task walks its chains right away (round 1 *fused* into round
    0), which saves a round trip through the scheduler per batch (GS, TP, OB).
+   A batch of at most ``single_task_ops`` operations runs in *one* task instead, on the
+   last arrival's worker: it builds every pool and walks every chain, all its own
+   (``process_pool`` with pool -1), so that cross-pool reads cost no rounds either. For
+   batches that small, the per-task costs (a hand-off to another worker, each task's
+   Python under the GIL) exceeded what running pools side by side saved (measured:
+   the constant's comment). Only where every pool's records live on one node: with
+   pools on several nodes each keeps its own task, walked on its node.
 4. **Rounds.** Tasks walk the chains (``process_pool``) at operation level: an
    operation that reads another record runs once every operation of that record's chain
    below its ts was done, in the snapshot taken when the previous round ended for a chain
@@ -75,6 +82,7 @@ from topology import current_node
 
 from ..operator import Operator
 from ..task import claim, schedule
+from ..worker import current_worker
 from .chains import NF, new_batch
 from .funs import kernels
 from .placement import make_placement, place_store
@@ -129,6 +137,14 @@ class Group:
     # fuse round 1 into round 0 where no chain can wait on another (step 3; a class
     # switch, so that a measurement can compare both)
     fuse_rounds = True
+    # A batch of at most this many operations runs in one task on the last arrival's
+    # worker (step 3; 0: never). Tuned on 2 workers (2026-11-26, 100k events, one
+    # task / a task per pool, median of 3): 2000 ops TP 1.29, GS 1.18; 3000 SL 1.22,
+    # 3500 OB 1.03; 4000 TP 1.10; 5000 GS 1.02; 5800 OB 0.99, TP 0.89; 6000 SL 1.11
+    # (its cross-pool rounds); 10000 GS 0.93. On a lent 16-core machine the one-pool
+    # option (shared-everything) beat per-worker pools on TP at 16k operations a batch
+    # and lost on GS at 80k (fig. 14): the crossover may lie higher with more workers.
+    single_task_ops = 5000
 
     def __init__(self, cfg, request, scheduler):
         if not request.policy.runtime_tasks:
@@ -164,6 +180,9 @@ class Group:
         self._cap = 0
         self.B = None
         self.fused = False
+        self.single = False
+        # every pool's records on one node: a small batch may run in one task (step 3)
+        self._one_node = len(set(self.placement.seg_pool_nodes)) <= 1
         self.results = None
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []
@@ -179,7 +198,7 @@ class Group:
             self.tasks.append(row)
         self.live_versions = 0
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
-                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "versions_peak": 0, "versions_total": 0,
+                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "single_task_batches": 0, "versions_peak": 0, "versions_total": 0,
                       "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "state_access_s": 0.0, "empty_batches": 0,
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
         self._page_frac = self._segment_page_fractions()
@@ -290,8 +309,11 @@ class Group:
         else:
             cond_off = np.zeros(NTX + 1, np.int64)
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
-        self.fused = self.fuse_rounds and local and all(len(t) == 1 for t in self.placement.tasks)
+        alone = P == 1 and len(self.placement.tasks[0]) == 1  # one task anyway
+        self.single = NOPS <= self.single_task_ops and not alone and self._one_node
+        self.fused = self.fuse_rounds and (self.single or (local and all(len(t) == 1 for t in self.placement.tasks)))
         self.stats["fused_batches"] += self.fused
+        self.stats["single_task_batches"] += self.single
         # every instance's operations, partitioned by pool at its arrival: each pool task
         # gathers its part from every instance (no copy of them all here, on one thread)
         self._build_args = ([(i.pib, i.pfb, i.poff, int(slot_base[e]), int(txn_base[e])) for e, i in with_ops],
@@ -309,10 +331,13 @@ class Group:
         if kind == ROUNDS:
             self.B.pool_cur[:] = 0
         jobs = []
-        for p, targets in enumerate(self.placement.tasks):
-            ks = range(1) if kind == BUILD else range(len(targets))
-            for k in ks:
-                jobs.append((self.tasks[p][k][parity], targets[k]))
+        if self.single:
+            jobs.append((self.tasks[0][0][parity], None))
+        else:
+            for p, targets in enumerate(self.placement.tasks):
+                ks = range(1) if kind == BUILD else range(len(targets))
+                for k in ks:
+                    jobs.append((self.tasks[p][k][parity], targets[k]))
         with self._lock:
             self.phase = kind
             self.outstanding = len(jobs)
@@ -324,43 +349,57 @@ class Group:
             self._push(task, target)
 
     def _push(self, task, target) -> None:
-        """Hand a pool task to the policy, to run on its target (tests run it inline)."""
+        """Hand a pool task to the policy, to run on its target (None: the calling
+        thread's worker, next; tests run it inline)."""
         # task.py's token protocol: take the token and push to the target; a task still in
         # run_task's epilogue of an earlier round holds it, and sees _bx_again there and
         # runs again (as task.schedule does).
         if claim(task):
-            self.request.policy.push_on(self.request, task, node=target.node, worker=target.worker)
+            w = current_worker() if target is None else None
+            if target is None and w is None:
+                target = self.placement.tasks[0][0]
+            if target is None:
+                self.request.policy.push_on(self.request, task, worker=w)
+            else:
+                self.request.policy.push_on(self.request, task, node=target.node, worker=target.worker)
 
     def _run_task(self, task, worker) -> None:
         t0 = time.perf_counter()
         B, S, K = self.B, self.S, self.K
         done = pending = 0
         tp = 0.0
+        single = self.single  # one task for every pool (step 3): process_pool's pool -1
         if task.kind == BUILD:
             parts, ts0 = self._build_args
-            p = task.pool
-            n = int(B.pool_off[p + 1] - B.pool_off[p])
-            tmp_i = np.empty((max(n, 1), NF), np.int64)
-            tmp_f = np.empty(max(n, 1), np.float64)
-            k, span = 0, 1
-            for pib, pfb, poff, sb, tb in parts:
-                k, span = K.gather_pool(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
-            K.build_pool(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
+            for p in range(self.P) if single else (task.pool,):
+                n = int(B.pool_off[p + 1] - B.pool_off[p])
+                tmp_i = np.empty((max(n, 1), NF), np.int64)
+                tmp_f = np.empty(max(n, 1), np.float64)
+                k, span = 0, 1
+                for pib, pfb, poff, sb, tb in parts:
+                    k, span = K.gather_pool(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+                K.build_pool(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
             key = "build_s"
             if self.fused:  # round 1 right away (step 3 of the module doc)
                 t1 = time.perf_counter()
                 sc, sl, out = task.scratch
-                done, pending = K.process_pool(task.pool, 1, 0, B, S, sc, sl, out)
+                done, pending = K.process_pool(-1 if single else task.pool, 1, 0, B, S, sc, sl, out)
                 tp = time.perf_counter() - t1
                 t0 += tp
         else:
             sc, sl, out = task.scratch
             # a stealer's claim stamp (kernels_template.process_pool); 0: the pool's only task
             me = (task.round << K.CLAIM_BITS) | (task.k + 1) if len(self.placement.tasks[task.pool]) > 1 else 0
-            done, pending = K.process_pool(task.pool, task.round & 1, me, B, S, sc, sl, out)
+            done, pending = K.process_pool(-1 if single else task.pool, task.round & 1, 0 if single else me, B, S,
+                                           sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
-        if done:
+        if done and single:  # per pool, in proportion to the pools' operations
+            for p in range(self.P):
+                d = done * int(B.pool_off[p + 1] - B.pool_off[p]) // max(self.NOPS, 1)
+                if d:
+                    self._count_locality(p, worker, d)
+        elif done:
             self._count_locality(task.pool, worker, done)
         with self._lock:
             self.stats[key] += dt

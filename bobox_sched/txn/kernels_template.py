@@ -618,7 +618,8 @@ def process_pool(p, parity, me, B, S, sc, sl, out):
     progress live, and publishes ``ch_snap[parity]`` for the chains it walked.
 
     Without stealers (``me`` 0) the task walks every chain of the pool once, each with
-    the chains it needs first (``_walk``). With stealers each has a stamp ``me`` =
+    the chains it needs first (``_walk``). With `p` < 0 one task walks every chain of
+    every pool, all of them its own (a small batch in one task: coordinator step 3). With stealers each has a stamp ``me`` =
     (round << CLAIM_BITS) | (stealer + 1) and walks the chains it claims in ``ch_own``
     by compare-and-swap: those the pool's atomic cursor hands it, and any chain of the
     pool that one of its chains needs and no stealer has claimed yet this round
@@ -656,12 +657,27 @@ def process_pool(p, parity, me, B, S, sc, sl, out):
     rec_table = S.rec_table
     t_lo = S.t_lo
     t_hi = S.t_hi
-    base = B.pool_off[p]
-    nch = B.pool_nch[p]
     rd = B.ch_snap[1 - parity]
     wr = B.ch_snap[parity]
     done = 0
     pending = 0
+    if p < 0:
+        npools = B.pool_nch.shape[0]
+        for q in range(npools):
+            base = B.pool_off[q]
+            for c in range(B.pool_nch[q]):
+                done += _walk(base + c, 0, sc, sl, 0, INF_TS, cown, rd, out, oi, of, o_viol, ch, ch_next, ch_sval,
+                              rec_chain, cond_off, conds, c_param, aborted, verdict, res, segs, segi, seg_of, row_of,
+                              rec_table, t_lo, t_hi)
+        for q in range(npools):
+            base = B.pool_off[q]
+            for c in range(B.pool_nch[q]):
+                cid = base + c
+                wr[cid] = _next_ts(oi, ch, ch_next, cid)
+                pending += ch[cid, C_END] - ch_next[cid]
+        return done, pending
+    base = B.pool_off[p]
+    nch = B.pool_nch[p]
     lo_own = base
     hi_own = base + nch
     if me == 0:
