@@ -198,7 +198,8 @@ class Group:
             self.tasks.append(row)
         self.live_versions = 0
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
-                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "single_task_batches": 0, "versions_peak": 0, "versions_total": 0,
+                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "single_task_batches": 0,
+                      "versions_peak": 0, "versions_total": 0,
                       "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "state_access_s": 0.0, "empty_batches": 0,
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
         self._page_frac = self._segment_page_fractions()
@@ -355,13 +356,14 @@ class Group:
         # run_task's epilogue of an earlier round holds it, and sees _bx_again there and
         # runs again (as task.schedule does).
         if claim(task):
+            policy = self.request.policy
             w = current_worker() if target is None else None
-            if target is None and w is None:
+            if w is not None:
+                policy.push_on(self.request, task, worker=w)
+                return
+            if target is None:  # not on a worker thread: the first pool's place
                 target = self.placement.tasks[0][0]
-            if target is None:
-                self.request.policy.push_on(self.request, task, worker=w)
-            else:
-                self.request.policy.push_on(self.request, task, node=target.node, worker=target.worker)
+            policy.push_on(self.request, task, node=target.node, worker=target.worker)
 
     def _run_task(self, task, worker) -> None:
         t0 = time.perf_counter()

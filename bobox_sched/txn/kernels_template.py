@@ -26,7 +26,8 @@ Data layouts (built in Python by ``table.py``, ``ops.py`` and ``chains.py``):
 import numpy as np
 from numba import njit
 
-from bobox_sched.txn.atomics import atomic_add, atomic_cas, atomic_load, atomic_store, cpu_nop, cpu_pause, cycles  # noqa: F401
+from bobox_sched.txn.atomics import (atomic_add, atomic_cas, atomic_load, atomic_store, cpu_nop,  # noqa: F401
+                                     cpu_pause, cycles)
 
 # ---- kernels ----
 
@@ -619,18 +620,21 @@ def process_pool(p, parity, me, B, S, sc, sl, out):
 
     Without stealers (``me`` 0) the task walks every chain of the pool once, each with
     the chains it needs first (``_walk``). With `p` < 0 one task walks every chain of
-    every pool, all of them its own (a small batch in one task: coordinator step 3). With stealers each has a stamp ``me`` =
-    (round << CLAIM_BITS) | (stealer + 1) and walks the chains it claims in ``ch_own``
-    by compare-and-swap: those the pool's atomic cursor hands it, and any chain of the
-    pool that one of its chains needs and no stealer has claimed yet this round
-    (``_read_at``); a chain another stealer claimed it reads live, and waits for the
-    next round only if that one is not far enough yet. Then it finishes the chains it
-    claimed on demand, which it walked only as far as needed. Reading other stealers'
-    chains from the snapshot instead made every dependency inside a pool cost a round:
-    SL at 16 threads on 2 nodes ran 309 rounds in 8 batches against 34 without
-    stealing, 4.8x slower (2026-11-26). ``sc``/``sl`` are the walk's stack (chains, and
-    the ts each must get past), ``out`` a 3-slot scratch. Returns (operations done,
-    operations still pending in the chains it walked).
+    every pool, all of them its own (a small batch in one task: coordinator step 3).
+
+    With stealers each has a stamp ``me`` = (round << CLAIM_BITS) | (stealer + 1) and
+    walks the chains it claims in ``ch_own`` by compare-and-swap: those the pool's
+    atomic cursor hands it, and any chain of the pool that one of its chains needs and
+    no stealer has claimed yet this round (``_read_at``); a chain another stealer
+    claimed it reads live, and waits for the next round only if that one is not far
+    enough yet. Then it finishes the chains it claimed on demand, which it walked only
+    as far as needed. Reading other stealers' chains from the snapshot instead made
+    every dependency inside a pool cost a round: SL at 16 threads on 2 nodes ran 309
+    rounds in 8 batches against 34 without stealing, 4.8x slower (2026-11-26).
+
+    ``sc``/``sl`` are the walk's stack (chains, and the ts each must get past), ``out``
+    a 3-slot scratch. Returns (operations done, operations still pending in the chains
+    it walked).
 
     Compiled without reference counting (``_nrt=False``: the kernel only borrows its
     arrays and allocates nothing): numba's incref/decref of the array views made per
