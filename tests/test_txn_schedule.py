@@ -104,7 +104,7 @@ def test_small_batches_run_in_one_task(mode, steal):
         coord.Group.single_task_ops = single
         try:
             out[single], grp = _check(store, ev, TxnConfig(store, 4, interval=20, numa_mode=mode,
-                                                            work_stealing=steal), threads=4)
+                                                            work_stealing=steal), threads=4, topology=_vtopo(1))
         finally:
             coord.Group.single_task_ops = 0
     one, per_pool = out[10**9], out[0]

@@ -396,9 +396,11 @@ class Group:
                                            sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
-        if done and single:  # per pool, in proportion to the pools' operations
+        if done and single:  # per pool, in proportion to the pools' operations (the rest: the last)
+            left = done
             for p in range(self.P):
-                d = done * int(B.pool_off[p + 1] - B.pool_off[p]) // max(self.NOPS, 1)
+                d = left if p == self.P - 1 else done * int(B.pool_off[p + 1] - B.pool_off[p]) // max(self.NOPS, 1)
+                left -= d
                 if d:
                     self._count_locality(p, worker, d)
         elif done:
