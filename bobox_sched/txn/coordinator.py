@@ -396,14 +396,7 @@ class Group:
                                            sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
-        if done and single:  # per pool, in proportion to the pools' operations (the rest: the last)
-            left = done
-            for p in range(self.P):
-                d = left if p == self.P - 1 else done * int(B.pool_off[p + 1] - B.pool_off[p]) // max(self.NOPS, 1)
-                left -= d
-                if d:
-                    self._count_locality(p, worker, d)
-        elif done:
+        if done:  # one task for every pool only where all lie on one node: the same locality
             self._count_locality(task.pool, worker, done)
         with self._lock:
             self.stats[key] += dt

@@ -430,6 +430,17 @@ WAIT = 2
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _claim(cown, cid, me):
+    """Does stealer `me` own chain `cid` this round? It claims the chain (compare-and-swap
+    of its stamp) if no stealer has this round; False if another one has."""
+    o = atomic_load(cown, cid)
+    if o <= (me >> CLAIM_BITS) << CLAIM_BITS:  # a stamp of an earlier round, or 0
+        seen = atomic_cas(cown, cid, o, me)
+        o = me if seen == o else seen
+    return o == me
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _read_at(g2, ts, own_lo, own_hi, me, cown, rd, oi, of, ch, ch_next, ch_sval, rec_chain, segs, seg_of, row_of):
     """(status, value, chain): the value of record g2 as of transaction start at ts (the
     newest version with a smaller ts), READY once every operation of g2's chain below ts
@@ -446,11 +457,7 @@ def _read_at(g2, ts, own_lo, own_hi, me, cown, rd, oi, of, ch, ch_next, ch_sval,
     own = own_lo <= cid and cid < own_hi
     if own:
         if me != 0:
-            o = atomic_load(cown, cid)
-            if o <= (me >> CLAIM_BITS) << CLAIM_BITS:  # no stealer's this round: claim it
-                seen = atomic_cas(cown, cid, o, me)
-                o = me if seen == o else seen
-            own = o == me
+            own = _claim(cown, cid, me)
         nts = _next_ts(oi, ch, ch_next, cid)
     else:
         nts = rd[cid]
@@ -665,15 +672,18 @@ def process_pool(p, parity, me, B, S, sc, sl, out):
     wr = B.ch_snap[parity]
     done = 0
     pending = 0
-    if p < 0:
-        npools = B.pool_nch.shape[0]
-        for q in range(npools):
+    if me == 0:  # the pool's only task; p < 0: every pool's, all their chains its own
+        q0 = 0 if p < 0 else p
+        q1 = B.pool_nch.shape[0] if p < 0 else p + 1
+        lo_own = 0 if p < 0 else B.pool_off[p]
+        hi_own = INF_TS if p < 0 else B.pool_off[p] + B.pool_nch[p]
+        for q in range(q0, q1):
             base = B.pool_off[q]
             for c in range(B.pool_nch[q]):
-                done += _walk(base + c, 0, sc, sl, 0, INF_TS, cown, rd, out, oi, of, o_viol, ch, ch_next, ch_sval,
-                              rec_chain, cond_off, conds, c_param, aborted, verdict, res, segs, segi, seg_of, row_of,
-                              rec_table, t_lo, t_hi)
-        for q in range(npools):
+                done += _walk(base + c, me, sc, sl, lo_own, hi_own, cown, rd, out, oi, of, o_viol, ch, ch_next,
+                              ch_sval, rec_chain, cond_off, conds, c_param, aborted, verdict, res, segs, segi, seg_of,
+                              row_of, rec_table, t_lo, t_hi)
+        for q in range(q0, q1):
             base = B.pool_off[q]
             for c in range(B.pool_nch[q]):
                 cid = base + c
@@ -684,27 +694,12 @@ def process_pool(p, parity, me, B, S, sc, sl, out):
     nch = B.pool_nch[p]
     lo_own = base
     hi_own = base + nch
-    if me == 0:
-        for c in range(nch):
-            done += _walk(base + c, me, sc, sl, lo_own, hi_own, cown, rd, out, oi, of, o_viol, ch, ch_next, ch_sval,
-                          rec_chain, cond_off, conds, c_param, aborted, verdict, res, segs, segi, seg_of, row_of,
-                          rec_table, t_lo, t_hi)
-        for c in range(nch):
-            cid = base + c
-            wr[cid] = _next_ts(oi, ch, ch_next, cid)
-            pending += ch[cid, C_END] - ch_next[cid]
-        return done, pending
-    rbase = (me >> CLAIM_BITS) << CLAIM_BITS
     while True:
         c = atomic_add(B.pool_cur, p, 1)
         if c >= nch:
             break
         cid = base + c
-        o = atomic_load(cown, cid)
-        if o <= rbase:
-            seen = atomic_cas(cown, cid, o, me)
-            o = me if seen == o else seen
-        if o == me:
+        if _claim(cown, cid, me):
             done += _walk(cid, me, sc, sl, lo_own, hi_own, cown, rd, out, oi, of, o_viol, ch, ch_next, ch_sval,
                           rec_chain, cond_off, conds, c_param, aborted, verdict, res, segs, segi, seg_of, row_of,
                           rec_table, t_lo, t_hi)
