@@ -448,17 +448,23 @@ def _read_at(g2, ts, own_lo, own_hi, me, cown, rd, oi, of, ch, ch_next, ch_sval,
     live for the task's own pool ([own_lo, own_hi)); otherwise NEED (a chain this task
     walks: walk it now) or WAIT (next round). Without stealers (``me`` 0) the task walks
     its whole pool. A stealer (stamp ``me``) walks the chains it claimed (``cown``):
-    one of its pool that no stealer claimed yet this round it claims now (NEED), one
-    that another stealer claimed it reads live (that stealer publishes its progress
-    with atomic stores after the values: process_pool)."""
+    one of its pool that is not yet past ts and that no stealer claimed yet this round
+    it claims now (NEED); one that is past ts, or that another stealer claimed, it
+    reads live (a walker publishes its progress with atomic stores after the values:
+    process_pool)."""
     cid = rec_chain[g2]
     if cid < 0:  # not touched in this batch: the table holds it
         return READY, segs[seg_of[g2]][row_of[g2], 0], cid
     own = own_lo <= cid and cid < own_hi
     if own:
-        if me != 0:
-            own = _claim(cown, cid, me)
         nts = _next_ts(oi, ch, ch_next, cid)
+        # A stealer claims a chain only when it needs it walked further: one already
+        # past ts it reads (unclaimed: nobody walks it; claimed: its walker publishes
+        # progress after the values), and leaves to the pool's cursor.
+        if me != 0 and nts < ts:
+            own = _claim(cown, cid, me)
+            if not own:  # another stealer walks it: it may be far enough by now
+                nts = _next_ts(oi, ch, ch_next, cid)
     else:
         nts = rd[cid]
     if nts < ts:
