@@ -50,7 +50,7 @@ from bobox_sched import Scheduler
 from bobox_sched.errors import RequestCancelled
 
 from .locality import Recorder, _md_table, _plt, _save, write_section
-from .streams_ops import COSTS, SHAPES, Cost, Meter, build, burn, n_workers
+from .streams_ops import COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, n_workers
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
 # Tuples the whole graph may hold in its queues. The sink sees a steady flow only once the
@@ -201,6 +201,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     ops = cfg["ops"]
     rec = Recorder(ctx, "streams")
     burn(1.0, 10)  # compile (cached) before any clock runs
+    burn_held(1.0, 10)
     # Full collections walk every object of the process (numba's are many); operators that
     # nest deeply (manual, reSchedule) promote young objects and make them frequent. One
     # freeze after the imports keeps that cost out of every series alike.
@@ -298,7 +299,8 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> 
                                      "levels_after": d["levels_after"]} for form, d in changes.items()}
     out["settings"] = {k: cfg[k] for k in ("ops", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
                                            "min_level", "max_level")} | {
-        "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes}}
+        "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes},
+        "gil_release_flops": RELEASE_FLOPS}
     _plot(ctx, res, series, static_names, changes, cfg, shapes)
     _report(ctx, out, cfg, ncpu, res, static_names, shapes)
     return out
@@ -437,7 +439,9 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         f"tuples; queues of {queues_txt} "
         f"tuples per input port (deviation: [OSS] uses {QUEUE}; here a graph's queues hold at most about "
         f"{GRAPH_SLOTS} tuples, so that they fill in seconds at Python's speed and the sink sees the steady "
-        "state); cost per tuple run by a nogil numba kernel. "
+        f"state); cost per tuple run by a numba kernel that releases the GIL from {RELEASE_FLOPS:,} FLOPs on "
+        "(deviation: the spec has every kernel release it; below that a release costs more than it buys, "
+        "because each one hands the GIL to a waiting thread on another core: `streams_ops.RELEASE_FLOPS`). "
         f"Static runs {cfg['static_s']:g} s (median of {cfg['sample_s']:g} s sink samples after the first), "
         f"elastic runs {cfg['elastic_s']:g} s with a {cfg['period_s']:g} s period (mean of the last 5 samples, "
         f"OSS form, power-of-two steps). Scheduler threads pinned per NUMA node, placement `fill` (fill one "

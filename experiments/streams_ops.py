@@ -1,7 +1,8 @@
 """Operators and graph shapes of the IBM Streams experiments (Schneider & Wu section 5,
 spec 004 section 4): a source producing one-row tuples as fast as downstream accepts
-them, workers burning a fixed number of floating-point operations per tuple in a nogil
-kernel, a round-robin split, and a sink that counts tuples and checks per-edge order.
+them, workers burning a fixed number of floating-point operations per tuple in a numba
+kernel (GIL released from ``RELEASE_FLOPS`` on), a round-robin split, and a sink that
+counts tuples and checks per-edge order.
 
 Shapes with ``n`` worker operators (plus Src, Snk and, for the parallel shapes, Split):
 
@@ -29,14 +30,47 @@ COSTS = {"pipeline": (1, 100, 1000), "dp": (1, 10_000, 100_000), "mixed": (1, 10
 MIXED_WIDTH = 10
 
 
-@njit(nogil=True, cache=True)
-def burn(seed, flops):
-    """`flops` floating-point operations (multiply-adds count two), GIL released; the
-    result depends on every step, so the caller's use of it keeps the loop alive."""
+# A tuple's kernel releases the GIL only from this many FLOPs on (about 16 us here).
+# Releasing it for less costs more than the parallelism it buys: while another thread
+# waits for the GIL, each release hands the GIL over, and each hand-off wakes a thread
+# on another core (a futex wake and a context switch each way). Measured on the 2-core
+# VM, 5 s runs, sink tuples/s, GIL released for every kernel vs held (``burn_held``),
+# manual / dynamic at 1, 2 threads: mixed graph (100 operators) cost 1: 40.5k / 21.3k,
+# 16.9k released vs 40.2k / 30.6k, 30.4k held (context switches 212k vs 3k in 5 s);
+# cost 1000: 30.1k / 15.3k, 12.2k vs 31.7k / 25.3k, 25.4k; cost 10 000: 10.1k / 6.9k,
+# 5.6k vs 9.8k / 8.9k, 8.7k; data parallel (100 operators) cost 10 000: 65.5k / 36.8k,
+# 35.2k vs 64.6k / 52.4k, 50.4k; cost 30 000: 32.8k / 29.5k, 32.5k vs 32.3k / 27.9k,
+# 28.3k (the crossover); cost 100 000: 11.8k / 18.9k, 20.5k vs 12.1k / 10.9k, 11.1k
+# (the source runs beside the kernels only when they release it).
+RELEASE_FLOPS = 20_000
+
+
+@njit(cache=True, inline="always")
+def _steps(seed, flops):
+    """`flops` floating-point operations (multiply-adds count two); the result depends
+    on every step, so the caller's use of it keeps the loop alive."""
     acc = seed * 1e-9 + 1.0
     for _ in range(max(1, flops // 2)):
         acc = acc * 0.9999999 + 1e-7
     return acc
+
+
+@njit(nogil=True, cache=True)
+def burn(seed, flops):
+    """`_steps` with the GIL released."""
+    return _steps(seed, flops)
+
+
+@njit(cache=True)
+def burn_held(seed, flops):
+    """`_steps` with the GIL held: tuples below ``RELEASE_FLOPS``."""
+    return _steps(seed, flops)
+
+
+def burn_for(flops: int):
+    """The kernel a tuple of `flops` FLOPs runs: ``burn`` (GIL released) from
+    ``RELEASE_FLOPS`` on, ``burn_held`` below."""
+    return burn if flops >= RELEASE_FLOPS else burn_held
 
 
 class Cost:
@@ -85,7 +119,8 @@ class Work(StreamOperator):
         self.acc = 0.0
 
     def on_packet(self, ctx, port, pkt):
-        self.acc += burn(float(pkt.columns["x"][0]), self.cost.flops)
+        flops = self.cost.flops  # read once: an experiment may change it while the graph runs
+        self.acc += burn_for(flops)(float(pkt.columns["x"][0]), flops)
         ctx.send("out", pkt)  # forwarded unchanged: a packet is immutable once sent
 
 

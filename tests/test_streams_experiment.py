@@ -13,13 +13,25 @@ import pytest
 
 from experiments.locality import CSV_COLUMNS, Ctx
 from experiments.streams_exp import exp_streams, queue_for, run_once
-from experiments.streams_ops import SHAPES, Cost, Meter, build, burn, n_workers
+from experiments.streams_ops import RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_for, burn_held, n_workers
 from test_experiments import check_png, read_csv
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
-    burn(1.0, 10)  # the kernel compiled (or loaded from cache) before any run's clock
+    burn(1.0, 10)  # the kernels compiled (or loaded from cache) before any run's clock
+    burn_held(1.0, 10)
+
+
+def test_kernels_release_the_gil_only_for_costly_tuples():
+    """Below RELEASE_FLOPS a tuple's kernel keeps the GIL (a release hands it to a
+    waiting thread on another core, which costs more than the kernel), from it on it
+    releases it; both compute the same value."""
+    assert burn.targetoptions.get("nogil") is True and not burn_held.targetoptions.get("nogil")
+    assert burn_for(1) is burn_held and burn_for(RELEASE_FLOPS - 1) is burn_held
+    assert burn_for(RELEASE_FLOPS) is burn and burn_for(100_000) is burn
+    for flops in (1, 1000, RELEASE_FLOPS):
+        assert burn(3.0, flops) == burn_held(3.0, flops)
 
 
 def test_shapes_have_the_documented_operators():
