@@ -23,6 +23,7 @@ from bobox_sched.stream.punct import Batch
 from bobox_sched.txn import DEC, GT, INC, StateStore, StateTable, TransactionalOperator, TxnConfig
 from bobox_sched.txn import coordinator as coord
 from bobox_sched.txn.baselines import pat_sequence
+from bobox_sched.txn.funs import HOLD_BELOW
 from bobox_sched.txn.oracle import record
 from operators.txn import make_app, oracle_of, pat_seq_of, run_once, same_outputs
 from topology.virtual import virtual_topology
@@ -116,6 +117,35 @@ def test_small_batches_run_in_one_task(mode, steal):
         assert per_pool["rounds"] > with_ops
     else:  # one pool with stealers: never fused
         assert per_pool["fused_batches"] == 0
+
+
+def test_a_batch_one_task_walks_keeps_the_gil(monkeypatch):
+    """Where one task walks a batch (the one-task path), its gathers, builds and walks
+    keep the GIL (nothing runs beside them); with a task per pool, large pools'
+    builds and walks release it (funs.kernel_for sees the pool's operations)."""
+    seen = []
+    real = coord.kernel_for
+
+    def spy(K, name, n):
+        seen.append((name, n))
+        return real(K, name, n)
+
+    monkeypatch.setattr(coord, "kernel_for", spy)
+    ev = make_events(1200, 3000, 0.0, 13)
+    picked = {}
+    for single in (10**9, 0):
+        store = make_store(3000, False, 13)
+        coord.Group.single_task_ops = single
+        seen.clear()
+        try:
+            summary, grp = _check(store, ev, TxnConfig(store, 2, interval=600), threads=2, topology=_vtopo(1))
+        finally:
+            coord.Group.single_task_ops = 0
+        picked[single] = [(name, n) for name, n in seen if name in ("gather_pool", "build_pool", "process_pool")]
+        assert picked[single] and summary["single_task_batches"] == (summary["batches"] - summary["empty_batches"]
+                                                                     if single else 0)
+    assert all(n == 0 for _, n in picked[10**9])
+    assert any(name == "build_pool" and n >= HOLD_BELOW["build_pool"] for name, n in picked[0])
 
 
 def test_small_batches_keep_a_task_per_node_on_several_nodes():

@@ -16,7 +16,7 @@ from bobox_sched.packet import Packet
 from bobox_sched.txn import (GE, INC, EventBlotter, StateStore, StateTable, TransactionalOperator, TxnConfig,
                              register_cfun, register_fun)
 from bobox_sched.txn.atomics import atomic_add, atomic_cas, atomic_max, atomic_store, cpu_relax
-from bobox_sched.txn.funs import kernels
+from bobox_sched.txn.funs import HOLD_BELOW, kernel_for, kernels
 from bobox_sched.txn.oracle import record, reference_run, serial_run
 from bobox_sched.txn.ops import OpBuffer, Txn
 from bobox_sched.txn.progress import batch_punct_ts, deal
@@ -113,6 +113,24 @@ def test_user_registered_fun_and_cfun_run_in_the_kernels():
     assert list(verdict[:3]) == [1, 0, 1]  # |30 - 5| > 10: rejected
     assert a.values().tolist() == [13.0, 2.0, 30.0, 4.0]  # 1 -> 4 -> 13
     assert aborts == 0
+
+
+def test_small_kernel_calls_keep_the_gil():
+    """Each batch-step kernel has a GIL-holding twin: calls below its threshold get the
+    twin, calls at or above it the GIL-releasing kernel; the twin runs the same code."""
+    K = kernels()
+    for name, n in HOLD_BELOW.items():
+        held, free = getattr(K, name + "_held"), getattr(K, name)
+        assert kernel_for(K, name, 0) is held and kernel_for(K, name, n - 1) is held
+        assert kernel_for(K, name, n) is free
+        assert free.targetoptions.get("nogil") is True and not held.targetoptions.get("nogil")
+    txn_of = np.array([2, 0, 2, 1, 0], np.int64)
+    outs = []
+    for fn in (K.by_txn, K.by_txn_held):
+        off, order = np.empty(4, np.int64), np.empty(5, np.int64)
+        fn(3, txn_of, 5, off, order)
+        outs.append((off.tolist(), order.tolist()))
+    assert outs[0] == outs[1] == ([0, 2, 3, 5], [1, 4, 3, 0, 2])
 
 
 def test_registration_errors():

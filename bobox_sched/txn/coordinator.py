@@ -65,9 +65,12 @@ Protocol (who touches what, when):
   last task, alone (no other task of the batch exists at that moment).
 
 GIL: Python work per batch is O(instances + pools x rounds); every per-operation step is
-in a kernel (nogil but for the per-call registration copies, kernels_template.py). A
-free-threaded build needs nothing more: the shared state is either under ``_lock``, in
-atomics, or handed over through the runtime's task push.
+in a kernel. A kernel call releases the GIL only when it has enough work to pay for the
+hand-off (``funs.kernel_for``; a batch that one task walks keeps it: ``ONE_TASK_HELD``);
+no kernel waits for another thread, so holding it never blocks a peer's progress (a
+stealer that finds a chain not far enough returns pending). A free-threaded build needs
+nothing more: the shared state is either under ``_lock``, in atomics, or handed over
+through the runtime's task push.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ from ..operator import Operator
 from ..task import claim, schedule
 from ..worker import current_worker
 from .chains import NF, new_batch
-from .funs import kernels
+from .funs import kernel_for, kernels
 from .placement import make_placement, place_store
 
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
@@ -98,6 +101,17 @@ COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
 # 4.24 ms, SL 1.63 vs 3.83, OB 2.06 vs 4.56, TP 0.75 vs 1.72 (an uncommitted driver
 # over operators.txn.run_once, both settings alternating in one process).
 LOOKAHEAD = 1
+# A batch walked by one task keeps the GIL in its kernels up to this many operations:
+# nothing runs beside that task, and a release hands the GIL to whichever thread polls
+# meanwhile. Measured on 2 workers (TP and SL take the one-task path there: 2000 and
+# ~4000 operations a batch), interval 500, 200k events, median of 3, two alternating
+# pairs against every kernel releasing it: TP 1808k / 1804k -> 2486k / 2016k events/s
+# (p99 0.71 / 0.67 -> 0.53 / 0.64 ms), SL 814k / 802k -> 923k / 976k, GS 616k / 605k ->
+# 615k / 612k and OB 587k / 546k -> 583k / 569k (their batches take per-pool tasks,
+# whose large calls release it). The cap bounds how long other requests' Python waits
+# (50 000 operations: 1-2.5 ms of walking at 20-50 ns each, below the 5 ms switch
+# interval at which CPython would preempt a Python thread).
+ONE_TASK_HELD = 50_000
 INF_TS = 2**62
 
 _GROUPS_LOCK = threading.Lock()
@@ -181,6 +195,7 @@ class Group:
         self.B = None
         self.fused = False
         self.single = False
+        self.one_task = False
         # every pool's records on one node: a small batch may run in one task (step 3)
         self._one_node = len(set(self.placement.seg_pool_nodes)) <= 1
         self.results = None
@@ -304,14 +319,19 @@ class Group:
         if ncond:
             cond_off = np.empty(NTX + 1, np.int64)
             cinst = np.array([0, *accumulate(ncs_l)], np.int64)
-            K.build_conds(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs_l)]),
-                          np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs_l)]), cinst, txn_base, NTX,
-                          cond_off, conds, c_param)
+            kernel_for(K, "build_conds", ncond)(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs_l)]),
+                                                np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs_l)]), cinst,
+                                                txn_base, NTX, cond_off, conds, c_param)
         else:
             cond_off = np.zeros(NTX + 1, np.int64)
         self.B = new_batch(self, NOPS, NTX, P, pool_off, res, verdict, cond_off, conds, c_param)
         alone = P == 1 and len(self.placement.tasks[0]) == 1  # one task anyway
         self.single = NOPS <= self.single_task_ops and not alone and self._one_node
+        # One task walks the batch (the one-task path, or one pool with one task): no pool
+        # runs beside it, so its kernels keep the GIL (funs.kernel_for) up to ONE_TASK_HELD
+        # operations, whatever the per-call thresholds say -- with other workers only (with
+        # one, no thread polls for the GIL and releasing it costs nothing: ratio 0.98-1.02)
+        self.one_task = (self.single or alone) and NOPS <= ONE_TASK_HELD and len(self.scheduler.workers) > 1
         self.fused = self.fuse_rounds and (self.single or (local and all(len(t) == 1 for t in self.placement.tasks)))
         self.stats["fused_batches"] += self.fused
         self.stats["single_task_batches"] += self.single
@@ -378,22 +398,24 @@ class Group:
                 tmp_i = np.empty((max(n, 1), NF), np.int64)
                 tmp_f = np.empty(max(n, 1), np.float64)
                 k, span = 0, 1
+                gather = kernel_for(K, "gather_pool", self._work(n))
                 for pib, pfb, poff, sb, tb in parts:
-                    k, span = K.gather_pool(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
-                K.build_pool(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
+                    k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+                kernel_for(K, "build_pool", self._work(n))(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
             key = "build_s"
             if self.fused:  # round 1 right away (step 3 of the module doc)
                 t1 = time.perf_counter()
                 sc, sl, out = task.scratch
-                done, pending = K.process_pool(-1 if single else task.pool, 1, 0, B, S, sc, sl, out)
+                done, pending = kernel_for(K, "process_pool", self._walk_ops(task))(-1 if single else task.pool, 1, 0,
+                                                                                    B, S, sc, sl, out)
                 tp = time.perf_counter() - t1
                 t0 += tp
         else:
             sc, sl, out = task.scratch
             # a stealer's claim stamp (kernels_template.process_pool); 0: the pool's only task
             me = (task.round << K.CLAIM_BITS) | (task.k + 1) if len(self.placement.tasks[task.pool]) > 1 else 0
-            done, pending = K.process_pool(-1 if single else task.pool, task.round & 1, 0 if single else me, B, S,
-                                           sc, sl, out)
+            done, pending = kernel_for(K, "process_pool", self._walk_ops(task))(
+                -1 if single else task.pool, task.round & 1, 0 if single else me, B, S, sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
         if done:  # one task for every pool only where all lie on one node: the same locality
@@ -407,6 +429,17 @@ class Group:
             last = self.outstanding == 0
         if last:
             self._advance()
+
+    def _work(self, n: int) -> int:
+        """The size a kernel call on `n` operations counts as when it picks whether to
+        release the GIL (funs.kernel_for): none where one task walks the batch."""
+        return 0 if self.one_task else n
+
+    def _walk_ops(self, task) -> int:
+        """Operations a walk of `task` may run (its pool's), as ``_work`` counts them."""
+        if self.one_task:
+            return 0
+        return int(self.B.pool_off[task.pool + 1] - self.B.pool_off[task.pool])
 
     def _advance(self) -> None:
         """The last task of a round decides what comes next (alone: module doc)."""
@@ -445,7 +478,7 @@ class Group:
         t0 = time.perf_counter()
         st = self.stats
         if self.B is not None and self.NOPS:
-            versions = int(self.K.finish_batch(self.B, self.P, self.NOPS))
+            versions = int(kernel_for(self.K, "finish_batch", self.NOPS)(self.B, self.P, self.NOPS))
             self.live_versions = versions  # held until now ...
             st["versions_peak"] = max(st["versions_peak"], versions)
             st["versions_total"] += versions

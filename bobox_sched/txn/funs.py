@@ -223,6 +223,32 @@ _TEMPLATE = Path(__file__).with_name("kernels_template.py")
 _current = [None, None]  # (number of registered functions, module) of the last call
 
 
+# A kernel call releases the GIL only with enough work: at least HOLD_BELOW[name] items
+# (operations; conditions for build_conds), about 20 us at the per-item costs measured
+# on the 2-core VM (GS, 1 worker, ns per operation: build_pool 32, process_pool 18,
+# partition_ops 8, gather_pool 5, finish_batch 4; by_txn and cond_only_reads < 2).
+# Below that the release costs more than the parallelism it buys: while another worker
+# waits for the GIL, each release hands it over, and getting it back waits for that
+# worker (a wake-up of a thread on another core each way). Same crossover as the streams
+# experiment's kernels (experiments/streams_ops.RELEASE_FLOPS: 16-25 us). At 2 workers
+# (interval 500, 200k events, median of 3, two rounds alternating: every kernel
+# releasing it / these thresholds / every kernel keeping it), events/s: GS 617k, 630k /
+# 629k, 657k / 592k, 610k; SL 904k, 909k / 933k, 1008k / 960k, 956k; OB 617k, 587k /
+# 591k, 631k / 587k, 623k; TP 1930k, 1958k / 1921k, 1919k / 2326k, 2372k. Keeping it
+# everywhere loses GS's parallel per-pool builds and walks (and would serialize every
+# pool's walk on many cores); TP's gain comes from its batches being walked by one task,
+# which coordinator.ONE_TASK_HELD acts on.
+HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 2500, "gather_pool": 4000,
+              "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
+              "cond_only_reads": 10000}
+
+
+def kernel_for(K, name: str, n: int):
+    """Kernel `name` of module `K` for a call on `n` items: the GIL-releasing one from
+    ``HOLD_BELOW[name]`` items on, its ``_held`` twin below."""
+    return getattr(K, name) if n >= HOLD_BELOW[name] else getattr(K, name + "_held")
+
+
 def kernels():
     """The kernel module for the Funs and CFuns registered now (compiled once per set of
     functions per machine; see the module doc)."""
@@ -261,5 +287,5 @@ def kernels():
         return mod
 
 
-__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "Fun", "GE", "GT", "INC", "LE", "LT", "NE", "SET",
-           "SET_INSERT", "fun_by_name", "kernels", "register_cfun", "register_fun"]
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "Fun", "GE", "GT", "HOLD_BELOW", "INC", "LE", "LT",
+           "NE", "SET", "SET_INSERT", "fun_by_name", "kernel_for", "kernels", "register_cfun", "register_fun"]

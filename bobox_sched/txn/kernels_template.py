@@ -7,7 +7,11 @@ register one ``txn`` call's operations (``append_ops``, ``append_conds``): they 
 row per event, ~1-2 us for a 500-row packet, less than a GIL hand-off costs when another
 worker is waiting for the GIL (releasing it let the other worker in, then this one waited
 for it to give the GIL back; keeping it: GS +5 %, OB +8 % at 2 workers, mean of five
-alternating pairs, 2026-11-26).
+alternating pairs, 2026-11-26). The kernels of a batch's steps also have a GIL-holding
+twin (``<name>_held``, at the end) for calls too small to release it
+(``funs.kernel_for``). The kernels that wait for other threads (the baselines' lock and
+version spins in ``run_baseline``) have none: holding the GIL there could block the
+thread they wait for.
 
 Data layouts (built in Python by ``table.py``, ``ops.py`` and ``chains.py``):
 
@@ -1374,3 +1378,54 @@ def pat_seq_kernel(ntx, txn_ts, ib, nops, cb, ncond, part_of, nparts, out):
             if hit[q]:
                 out[ts, q] = cnt[q]
                 cnt[q] += 1
+
+
+# ======================================================================================
+# GIL-holding entry points (funs.kernel_for): the same kernels for calls too small to
+# release the GIL. Distinct functions, not njit() of the same ones: numba's cache keys an
+# entry by function and signature, not by the nogil flag.
+
+
+@njit(cache=True)
+def cond_only_reads_held(ib, fb, n, cb, nc, tts, ntx):
+    return cond_only_reads(ib, fb, n, cb, nc, tts, ntx)
+
+
+@njit(cache=True)
+def pool_local_held(ib, n, cb, nc, ntx, pool_of):
+    return pool_local(ib, n, cb, nc, ntx, pool_of)
+
+
+@njit(cache=True)
+def partition_ops_held(ib, fb, n, pool_of, npools, ob, of, poff):
+    partition_ops(ib, fb, n, pool_of, npools, ob, of, poff)
+
+
+@njit(cache=True)
+def build_conds_held(cb, cf, inst_off, txn_base, ntx, cond_off, conds, c_param):
+    build_conds(cb, cf, inst_off, txn_base, ntx, cond_off, conds, c_param)
+
+
+@njit(cache=True)
+def gather_pool_held(p, ib, fb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span):
+    return gather_pool(p, ib, fb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+
+
+@njit(cache=True)
+def build_pool_held(p, tmp_i, tmp_f, span, ts0, B, S, log_all):
+    return build_pool(p, tmp_i, tmp_f, span, ts0, B, S, log_all)
+
+
+@njit(cache=True, _nrt=False)
+def process_pool_held(p, parity, me, B, S, sc, sl, out):
+    return process_pool(p, parity, me, B, S, sc, sl, out)
+
+
+@njit(cache=True)
+def finish_batch_held(B, npools, nops):
+    return finish_batch(B, npools, nops)
+
+
+@njit(cache=True)
+def by_txn_held(ntx, txn_of, n, off, order):
+    by_txn(ntx, txn_of, n, off, order)

@@ -44,6 +44,7 @@ from ..operator import Operator
 from ..packet import Packet
 from ..stream import model as _model
 from ..stream.punct import Batch, Punctuation
+from .funs import kernel_for
 from .ops import EventBlotter, OpBuffer, Txn
 
 # Packets an instance handles per run before it lets other tasks run (a deferred re-run):
@@ -169,15 +170,17 @@ class TransactionalOperator(Operator):
         g = st.group
         if buf.nc:
             buf.reserve_ops(buf.nc)
-            buf.n = st.K.cond_only_reads(buf.ib, buf.fb, buf.n, buf.cb, buf.nc, buf.tts, buf.ntx)
+            buf.n = kernel_for(st.K, "cond_only_reads", buf.n)(buf.ib, buf.fb, buf.n, buf.cb, buf.nc, buf.tts,
+                                                                 buf.ntx)
         st.pib = np.empty((max(buf.n, 1), buf.ib.shape[1]), np.int64)
         st.pfb = np.empty(max(buf.n, 1), np.float64)
         st.poff = np.zeros(g.P + 1, np.int64)
         if buf.n:
-            st.K.partition_ops(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
+            kernel_for(st.K, "partition_ops", buf.n)(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb,
+                                                     st.poff)
         # may the batch's chains be walked as soon as they are built (coordinator step 3)?
         st.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
-            st.K.pool_local(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
+            kernel_for(st.K, "pool_local", buf.n)(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
         st.waiting = True
         st.final = final
         st.arrived_at = st.batch
@@ -223,10 +226,10 @@ class TransactionalOperator(Operator):
             ntx = buf.ntx
             ooff = np.empty(ntx + 1, np.int64)
             oo = np.empty(max(buf.n, 1), np.int64)
-            K.by_txn(ntx, buf.ib[:, 7], buf.n, ooff, oo)
+            kernel_for(K, "by_txn", buf.n)(ntx, buf.ib[:, 7], buf.n, ooff, oo)
             coff = np.empty(ntx + 1, np.int64)
             coo = np.empty(max(buf.nc, 1), np.int64)
-            K.by_txn(ntx, buf.cb[:, 0], buf.nc, coff, coo)
+            kernel_for(K, "by_txn", buf.nc)(ntx, buf.cb[:, 0], buf.nc, coff, coo)
             res = np.full(max(buf.nslots, 1), np.nan)
             verdict = np.ones(max(ntx, 1), np.int8)
             st.pending = [eb, ooff, oo, coff, coo, res, verdict, 0]
