@@ -273,6 +273,7 @@ def test_stealers_started_together_walk_each_operation_once(mode, monkeypatch):
             threading.Thread(target=run, args=(t,), daemon=True).start()
 
     monkeypatch.setattr(coord.Group, "_push", at_once)
+    monkeypatch.setitem(HOLD_BELOW, "process_pool", 0)  # every walk releases the GIL: the stealers overlap
     for seed in (1, 2, 3):
         ev = make_events(4800, 200, 1.2, seed, deps=True, conds=True, cycles=True)
         store = make_store(200, False, seed)
