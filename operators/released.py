@@ -137,8 +137,10 @@ def released_cpu_ns(native_id: int) -> int:
 
 
 def timed_namespace(module) -> types.SimpleNamespace:
-    """`module`'s public names, every numba dispatcher among them replaced by its timed
-    wrapper: ``K = timed_namespace(kernels)``, then ``K.join_build(...)``. The module's
+    """`module`'s public names, every numba dispatcher that releases the GIL
+    (``nogil=True``) replaced by its timed wrapper: ``K = timed_namespace(kernels)``,
+    then ``K.join_build(...)``. Dispatchers that keep the GIL (a kernel's ``_held``
+    twin, the registration copies) stay unwrapped: their time is serial. The module's
     own functions stay unwrapped, so kernels still call each other in nopython mode."""
     from numba.core.registry import CPUDispatcher
 
@@ -147,7 +149,8 @@ def timed_namespace(module) -> types.SimpleNamespace:
         if name.startswith("_"):
             continue
         obj = getattr(module, name)
-        out[name] = timed(obj) if isinstance(obj, CPUDispatcher) else obj
+        releases = isinstance(obj, CPUDispatcher) and obj.targetoptions.get("nogil", False)
+        out[name] = timed(obj) if releases else obj
     return types.SimpleNamespace(**out)
 
 

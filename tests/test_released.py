@@ -57,6 +57,17 @@ def test_calls_outside_workers_count_nowhere(timing):
     assert released.call(np.add, 1, 2) == 3
 
 
+def test_timed_namespace_counts_only_kernels_that_release_the_gil():
+    """A kernel that keeps the GIL (a TStream kernel's _held twin, the registration
+    copies) is serial time: timed_namespace leaves it unwrapped."""
+    from bobox_sched.txn.funs import kernels
+
+    K = kernels()
+    ns = released.timed_namespace(K)
+    assert ns.build_pool is not K.build_pool and ns.build_pool.__wrapped__ is K.build_pool
+    assert ns.build_pool_held is K.build_pool_held and ns.append_ops is K.append_ops
+
+
 def test_amdahl():
     assert released.predicted_speedup(0.0, 16) == 16
     assert released.predicted_speedup(1.0, 16) == 1
