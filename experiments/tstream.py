@@ -194,6 +194,14 @@ def _breakdown(r: dict, cc: str) -> dict:
     return {k: v / s if s else 0.0 for k, v in (("useful", useful), ("sync", sync), ("lock", lock), ("others", others))}
 
 
+def _serial(r, serial_fraction):
+    """A timed run's serial fraction: 1 when it released the GIL for no time at all (every
+    kernel call kept it: funs.kernel_for), else 1 - released / busy."""
+    if r["busy_s"] > 0 and r["released_s"] <= 0:
+        return 1.0
+    return serial_fraction(r["busy_s"], r["released_s"])
+
+
 def _scaling(runner: Runner, threads: list, repeat: int, bar) -> dict:
     """Why TStream scales as it does on this machine, measured: per app, scheme (TStream
     and LOCK) and thread count, the serial fraction (the share of the workers' busy time
@@ -227,7 +235,7 @@ def _scaling(runner: Runner, threads: list, repeat: int, bar) -> dict:
             for t in threads:
                 rs = raw[(app, cc, t)]
                 d["throughput"][str(t)] = round(_med([r["throughput"] for r in rs]))
-                d["serial_fraction"][str(t)] = _round(_med([serial_fraction(r["busy_s"], r["released_s"]) for r in rs]))
+                d["serial_fraction"][str(t)] = _round(_med([_serial(r, serial_fraction) for r in rs]))
                 if cc == "tstream":
                     d["state_access_share"][str(t)] = _round(_med([r["group"].get("state_access_s", 0.0) / r["elapsed_s"]
                                                                    for r in rs if r["elapsed_s"] > 0]))

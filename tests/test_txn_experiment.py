@@ -50,7 +50,7 @@ def test_outputs_and_json(quick):
         sc = s["scaling"][app]
         assert list(sc["parser_alone"]) == threads and all(v > 0 for v in sc["parser_alone"].values())
         for cc in ("tstream", "lock"):
-            assert all(0 <= v < 1 for v in sc[cc]["serial_fraction"].values())
+            assert all(0 <= v <= 1 for v in sc[cc]["serial_fraction"].values())  # 1: every kernel kept the GIL
             assert 1 <= sc[cc]["amdahl_cap"] <= len(threads) and sc[cc]["speedup"] > 0
         assert all(0 < v < 1 for v in sc["tstream"]["state_access_share"].values())
     assert "serial fraction" in s["scaling_cause"] and "Why TStream does not scale here (measured" in report
