@@ -194,9 +194,11 @@ def _breakdown(r: dict, cc: str) -> dict:
     return {k: v / s if s else 0.0 for k, v in (("useful", useful), ("sync", sync), ("lock", lock), ("others", others))}
 
 
-def _serial(r, serial_fraction):
+def _serial(r):
     """A timed run's serial fraction: 1 when it released the GIL for no time at all (every
     kernel call kept it: funs.kernel_for), else 1 - released / busy."""
+    from operators.released import serial_fraction
+
     if r["busy_s"] > 0 and r["released_s"] <= 0:
         return 1.0
     return serial_fraction(r["busy_s"], r["released_s"])
@@ -211,7 +213,7 @@ def _scaling(runner: Runner, threads: list, repeat: int, bar) -> dict:
     the same runs, TStream's share of wall time in state-access mode (last arrival to
     barrier 2: no instance computes meanwhile, spec 2.7), and the Parser alone (the
     input side, no transactional operator) as an upper bound for every scheme."""
-    from operators.released import predicted_speedup, serial_fraction
+    from operators.released import predicted_speedup
     from operators.txn import run_parser_alone
 
     tmax = threads[-1]
@@ -235,7 +237,7 @@ def _scaling(runner: Runner, threads: list, repeat: int, bar) -> dict:
             for t in threads:
                 rs = raw[(app, cc, t)]
                 d["throughput"][str(t)] = round(_med([r["throughput"] for r in rs]))
-                d["serial_fraction"][str(t)] = _round(_med([_serial(r, serial_fraction) for r in rs]))
+                d["serial_fraction"][str(t)] = _round(_med([_serial(r) for r in rs]))
                 if cc == "tstream":
                     d["state_access_share"][str(t)] = _round(_med([r["group"].get("state_access_s", 0.0) / r["elapsed_s"]
                                                                    for r in rs if r["elapsed_s"] > 0]))

@@ -436,10 +436,10 @@ class Group:
         return 0 if self.one_task else n
 
     def _walk_ops(self, task) -> int:
-        """Operations a walk of `task` may run (its pool's), as ``_work`` counts them."""
-        if self.one_task:
-            return 0
-        return int(self.B.pool_off[task.pool + 1] - self.B.pool_off[task.pool])
+        """``_work`` of the operations a walk of `task` may run: its pool's (every pool's
+        on the one-task path)."""
+        B = self.B
+        return self._work(self.NOPS if self.single else int(B.pool_off[task.pool + 1] - B.pool_off[task.pool]))
 
     def _advance(self) -> None:
         """The last task of a round decides what comes next (alone: module doc)."""
