@@ -15,12 +15,15 @@ EXPERIMENTS = LOCALITY + ("regions", "ordered", "streams", "tstream", "policies"
 MAX_OPS = 10_000
 MAX_ROWS = 1_000_000_000  # rows per query of the ordered experiment (a day of one core at most)
 MAX_EVENTS = 1_000_000_000  # events per run of the tstream experiment (same bound)
+# Rows per tuple of the streams experiment at most: a tuple is one packet, and its rows are
+# int64 (8 MB a tuple, times up to 1,000 tuples queued per graph).
+MAX_TUPLE_ROWS = 1_000_000
 
 # The options that only some experiments read (the rest apply to every one, or to the
 # TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
 ONLY = {
     "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
-    "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "events": ("tstream",),
+    "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",), "events": ("tstream",),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.
@@ -67,6 +70,9 @@ def add_arguments(p) -> None:
     p.add_argument("--shapes", metavar="LIST", default=None,
                    help="streams: which graph shapes, e.g. mixed or pipeline,dp (default all of pipeline, dp, "
                    "mixed; run in that order)")
+    p.add_argument("--tuple-rows", type=count(MAX_TUPLE_ROWS), default=None, metavar="N",
+                   help="streams: rows per tuple, each costing the shape's FLOPs (default 1, the paper's tuples; "
+                   "more rows amortize each hand-off's Python; throughput is then in rows/s)")
     p.add_argument("--events", type=count(MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
@@ -78,7 +84,7 @@ def _check_applicable(args) -> None:
 
     for k, names in ONLY.items():
         if getattr(args, k, None) not in (None, False) and args.name not in names:
-            raise BoboxError(f"--{k} applies to 'bobox experiment {' / '.join(names)}' only")
+            raise BoboxError(f"--{k.replace('_', '-')} applies to 'bobox experiment {' / '.join(names)}' only")
     for k in NOT_READ.get(args.name, ()):
         if getattr(args, k, None) is not None:
             raise BoboxError(f"--{k.replace('_', '-')} does not apply to the {args.name} experiment")

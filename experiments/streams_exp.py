@@ -36,6 +36,12 @@ periods the elastic level needs to settle again.
 ``--shapes`` (``shapes=``) runs a subset of the shapes, in ``SHAPES`` order: the figures,
 the summary and the report then cover those shapes only; the data-parallel goal needs
 ``dp``, and the mixed-graph goal and the load-change runs need ``mixed``.
+
+``--tuple-rows N`` (``rows=``) makes every tuple a packet of N rows (default 1, the
+paper's tuples), each row costing the shape's FLOPs; throughput is then counted in rows.
+Under the GIL a hand-off between operators costs microseconds of Python whatever a tuple
+carries, so the models compare as in the paper only where a tuple's work outweighs its
+hand-off: with N rows that is N times sooner (streams_ops module doc).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ import os
 import statistics
 import threading
 import time
+
+import numpy as np
 
 from bobox_sched import Scheduler
 from bobox_sched.errors import RequestCancelled
@@ -75,13 +83,14 @@ def queue_for(shape: str, n_ops: int) -> int:
     return max(1, min(QUEUE, GRAPH_SLOTS // input_ports(shape, n_ops)))
 
 
-def settings_for(quick: bool, ncpu: int, n_ops: int | None) -> dict:
+def settings_for(quick: bool, ncpu: int, n_ops: int | None, rows: int | None = None) -> dict:
     sweep = [t for t in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128) if t <= ncpu]
     if 2 * ncpu not in sweep and (not quick or ncpu <= 4):
         sweep.append(2 * ncpu)  # one oversubscribed point (4 on 2 cores, 32 on 16)
     small = ncpu < 3
     return {
         "ops": n_ops or (100 if quick else 1000),
+        "tuple_rows": rows or 1,
         "sample_s": 1.0 if quick else 5.0,
         "static_s": 4.0 if quick else 30.0,
         "period_s": 1.5 if quick else 10.0,
@@ -105,10 +114,11 @@ def _usage() -> tuple[int, float]:
 
 
 def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: float, sample_s: float,
-             change_at: float | None = None, change_to: int | None = None) -> dict:
-    """One run of one graph under one threading model; see the module doc."""
+             change_at: float | None = None, change_to: int | None = None, rows: int = 1) -> dict:
+    """One run of one graph under one threading model, with tuples of `rows` rows (the
+    sink counts rows); see the module doc."""
     meter, stop, cost = Meter(), threading.Event(), Cost(flops)
-    plan = build(shape, n_ops, cost, meter, stop)
+    plan = build(shape, n_ops, cost, meter, stop, rows)
     cs0, cpu0 = _usage()
     samples = []
     with Scheduler(policy="streams", **sched_kw) as s:
@@ -154,6 +164,11 @@ def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: flo
     }
 
 
+def sink_unit(rows: int) -> str:
+    """What the sink's throughput counts: tuples, or rows where a tuple has several."""
+    return "tuples/s" if rows == 1 else "rows/s"
+
+
 def static_value(samples) -> float:
     vals = [v for _, v in samples[1:]] or [v for _, v in samples]
     return statistics.median(vals) if vals else 0.0
@@ -190,18 +205,23 @@ def chosen_shapes(shapes) -> tuple[str, ...]:
     return tuple(s for s in SHAPES if s in names)
 
 
-def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, shapes=None) -> dict:
+def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, shapes=None,
+                rows: int | None = None) -> dict:
     """Run the experiment; `overrides` replaces settings (tests shrink the run lengths);
-    `shapes` picks graph shapes (default all; see the module doc)."""
+    `shapes` picks graph shapes (default all), `rows` the rows per tuple (default 1; see
+    the module doc)."""
     shapes = chosen_shapes(shapes)
+    if rows is not None and rows < 1:
+        raise ValueError(f"rows per tuple must be at least 1, got {rows}")
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cfg = settings_for(ctx.quick, ncpu, n_ops)
+    cfg = settings_for(ctx.quick, ncpu, n_ops, rows)
     cfg.update(overrides or {})
     COSTS = cfg["costs"]  # noqa: N806 - the module constant, or the overridden cost sets
-    ops = cfg["ops"]
+    ops, rows = cfg["ops"], cfg["tuple_rows"]
     rec = Recorder(ctx, "streams")
-    burn(1.0, 10)  # compile (cached) before any clock runs
-    burn_held(1.0, 10)
+    one = np.zeros(1, np.int64)
+    burn(one, 10)  # compile (cached) before any clock runs
+    burn_held(one, 10)
     # Full collections walk every object of the process (numba's are many); operators that
     # nest deeply (manual, reSchedule) promote young objects and make them frequent. One
     # freeze after the imports keeps that cost out of every series alike.
@@ -221,12 +241,13 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     fifo_ok = True
     for shape, c, name, kw, el in runs:
         dur = cfg["elastic_s"] if el else cfg["static_s"]
-        r = run_once(shape, ops, c, {"queue_capacity": queue_for(shape, ops), **kw}, dur, cfg["sample_s"])
+        r = run_once(shape, ops, c, {"queue_capacity": queue_for(shape, ops), **kw}, dur, cfg["sample_s"],
+                     rows=rows)
         val = elastic_value(r["samples"]) if el else static_value(r["samples"])
         fifo_ok = fifo_ok and r["violations"] == 0
         res[(shape, c, name)] = dict(r, value=val)
         x = f"{shape}:{c}"
-        rec.add(name, x, "tuples_per_s", val, unit="tuples/s")
+        rec.add(name, x, "tuples_per_s", val, unit=sink_unit(rows))
         rec.add(name, x, "ctx_switches", r["ctx_switches"])
         rec.add(name, x, "cpu_s", r["cpu_s"], unit="s")
         rec.add(name, x, "tuples_per_cpu_s", r["tuples_per_cpu_s"], unit="tuples/CPU-s")
@@ -235,7 +256,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
         if r["level"] is not None:
             rec.add(name, x, "level", r["level"], unit="threads")
         for t, v in r["samples"]:
-            rec.add(f"{name}:sink", f"{x}:{t:.1f}", "tuples_per_s", v, unit="tuples/s")
+            rec.add(f"{name}:sink", f"{x}:{t:.1f}", "tuples_per_s", v, unit=sink_unit(rows))
         for t, thput, lvl, ev in r["trace"]:
             rec.add(f"{name}:trace", f"{x}:{t:.1f}", "throughput_all", thput, unit="tuples/s")
             rec.add(f"{name}:trace", f"{x}:{t:.1f}", "level", lvl, unit="threads")
@@ -246,8 +267,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
         kw = dict(el_kw, cpu_limit=1.0, form=form)
         half = cfg["elastic_s"] / 2
         r = run_once("mixed", ops, 1000, {"queue_capacity": queue_for("mixed", ops), **kw}, cfg["elastic_s"],
-                     cfg["sample_s"], change_at=half,
-                     change_to=1)
+                     cfg["sample_s"], change_at=half, change_to=1, rows=rows)
         fifo_ok = fifo_ok and r["violations"] == 0
         changes[form] = {"trace": r["trace"], "settle_periods": settle_periods(r["trace"], half),
                          "level": r["level"], "levels_after": [lvl for t, _x, lvl, _e in r["trace"] if t >= half]}
@@ -297,7 +317,7 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> 
     if changes:
         out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
                                      "levels_after": d["levels_after"]} for form, d in changes.items()}
-    out["settings"] = {k: cfg[k] for k in ("ops", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
+    out["settings"] = {k: cfg[k] for k in ("ops", "tuple_rows", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
                                            "min_level", "max_level")} | {
         "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes},
         "gil_release_flops": RELEASE_FLOPS}
@@ -325,7 +345,7 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
                         label=f"{name} (settled level)")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("scheduler threads")
-            ax.set_ylabel("sink tuples/s")
+            ax.set_ylabel(f"sink {sink_unit(cfg['tuple_rows'])}")
             ax.set_title(f"{shape}, {c} FLOP/tuple")
             if i == 0 and k == 0:
                 ax.legend(fontsize=7)
@@ -435,11 +455,14 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
                         "tuples-per-CPU-second table does not)." if busy else "."))
     queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in shapes)
     body = (
-        f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); one-row "
-        f"tuples; queues of {queues_txt} "
+        f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); "
+        + ("one-row tuples" if cfg["tuple_rows"] == 1 else
+           f"tuples of {cfg['tuple_rows']} rows (`--tuple-rows`; the paper's have one), each row costing the FLOPs "
+           "below, and throughput counted in sink rows/s")
+        + f"; queues of {queues_txt} "
         f"tuples per input port (deviation: [OSS] uses {QUEUE}; here a graph's queues hold at most about "
         f"{GRAPH_SLOTS} tuples, so that they fill in seconds at Python's speed and the sink sees the steady "
-        f"state); cost per tuple run by a numba kernel that releases the GIL from {RELEASE_FLOPS:,} FLOPs on "
+        f"state); cost per row run by a numba kernel that releases the GIL from {RELEASE_FLOPS:,} FLOPs per tuple on "
         "(deviation: the spec has every kernel release it; below that a release costs more than it buys, "
         "because each one hands the GIL to a waiting thread on another core: `streams_ops.RELEASE_FLOPS`). "
         f"Static runs {cfg['static_s']:g} s (median of {cfg['sample_s']:g} s sink samples after the first), "
@@ -490,7 +513,8 @@ def run(args) -> dict:
     ctx.topo = T.probe()
     t0 = time.perf_counter()
     print("[experiment] streams ...", file=sys.stderr, flush=True)
-    summary = exp_streams(ctx, args.ops, shapes=parse_shapes(getattr(args, "shapes", None)))
+    summary = exp_streams(ctx, args.ops, shapes=parse_shapes(getattr(args, "shapes", None)),
+                          rows=getattr(args, "tuple_rows", None))
     print(f"[experiment] streams done in {time.perf_counter() - t0:.1f} s -> {out}/streams.csv, streams.png, "
           f"streams-elastic.png, report.md", file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}")

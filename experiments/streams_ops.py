@@ -1,8 +1,13 @@
 """Operators and graph shapes of the IBM Streams experiments (Schneider & Wu section 5,
-spec 004 section 4): a source producing one-row tuples as fast as downstream accepts
-them, workers burning a fixed number of floating-point operations per tuple in a numba
-kernel (GIL released from ``RELEASE_FLOPS`` on), a round-robin split, and a sink that
-counts tuples and checks per-edge order.
+spec 004 section 4): a source producing tuples as fast as downstream accepts them,
+workers burning a fixed number of floating-point operations per row in a numba kernel
+(GIL released from ``RELEASE_FLOPS`` per tuple on), a round-robin split, and a sink that
+counts rows and checks per-edge order.
+
+A tuple is one packet of ``rows`` rows (spec 5.2: "rows_per_packet defaulting to 1 for
+the cost-1 regime"): 1 by default, the paper's tuples. With more rows per tuple each
+hand-off between operators carries that many rows' work, which is how a Python runtime
+amortizes its per-tuple bookkeeping (``bobox experiment streams --tuple-rows``).
 
 Shapes with ``n`` worker operators (plus Src, Snk and, for the parallel shapes, Split):
 
@@ -55,22 +60,31 @@ def _steps(seed, flops):
     return acc
 
 
+@njit(cache=True, inline="always")
+def _rows(x, flops):
+    """`flops` FLOPs per row of `x`, each row's seeded by its value."""
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc += _steps(float(x[i]), flops)
+    return acc
+
+
 @njit(nogil=True, cache=True)
-def burn(seed, flops):
-    """`_steps` with the GIL released."""
-    return _steps(seed, flops)
+def burn(x, flops):
+    """`flops` FLOPs per row of the int64 array `x`, with the GIL released."""
+    return _rows(x, flops)
 
 
 @njit(cache=True)
-def burn_held(seed, flops):
-    """`_steps` with the GIL held: tuples below ``RELEASE_FLOPS``."""
-    return _steps(seed, flops)
+def burn_held(x, flops):
+    """``burn`` with the GIL held: tuples below ``RELEASE_FLOPS`` in all."""
+    return _rows(x, flops)
 
 
-def burn_for(flops: int):
-    """The kernel a tuple of `flops` FLOPs runs: ``burn`` (GIL released) from
-    ``RELEASE_FLOPS`` on, ``burn_held`` below."""
-    return burn if flops >= RELEASE_FLOPS else burn_held
+def burn_for(flops: int, rows: int = 1):
+    """The kernel a tuple of `rows` rows at `flops` FLOPs each runs: ``burn`` (GIL
+    released) from ``RELEASE_FLOPS`` per tuple on, ``burn_held`` below."""
+    return burn if flops * rows >= RELEASE_FLOPS else burn_held
 
 
 class Cost:
@@ -90,10 +104,14 @@ class Meter:
 
 
 class Src(Source):
-    """One-row tuples 0, 1, 2, ... as fast as downstream takes them, until `stop` is set."""
+    """Tuples of `rows` rows numbered 0, 1, 2, ... (the first tuple holds rows 0 ..
+    rows-1) as fast as downstream takes them, until `stop` is set."""
 
-    def __init__(self, stop: threading.Event):
+    def __init__(self, stop: threading.Event, rows: int = 1):
+        if rows < 1:
+            raise ValueError(f"rows per tuple must be at least 1, got {rows}")
         self.stop = stop
+        self.rows = int(rows)
         self.i = 0
 
     def process(self, ctx):
@@ -101,11 +119,12 @@ class Src(Source):
             ctx.close()
             ctx.finish()
             return
-        # Plain one-row packets (not pooled: a pool block is a page, and a deep pipeline
-        # with 1,000-tuple queues holds up to a million tuples).
+        # Plain packets (not pooled: a pool block is a page, and a deep pipeline with
+        # 1,000-tuple queues holds up to a million tuples).
+        r = self.rows
         for _ in range(64):
-            ctx.send("out", Packet({"x": np.array([self.i], dtype=np.int64)}))
-            self.i += 1
+            ctx.send("out", Packet({"x": np.arange(self.i, self.i + r, dtype=np.int64)}))
+            self.i += r
         ctx.reschedule()
 
 
@@ -120,7 +139,8 @@ class Work(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         flops = self.cost.flops  # read once: an experiment may change it while the graph runs
-        self.acc += burn_for(flops)(float(pkt.columns["x"][0]), flops)
+        x = pkt.columns["x"]
+        self.acc += burn_for(flops, x.shape[0])(x, flops)
         ctx.send("out", pkt)  # forwarded unchanged: a packet is immutable once sent
 
 
@@ -139,7 +159,7 @@ class Split(StreamOperator):
 
 
 class Snk(Operator):
-    """Counts tuples and checks that each input port sees increasing sequence numbers
+    """Counts rows and checks that each input port sees increasing sequence numbers
     (per-edge FIFO). Under policy ``streams`` it reads only the port being executed
     (``ctx.port``); elsewhere it polls every input."""
 
@@ -179,12 +199,15 @@ class Snk(Operator):
             ctx.finish()
 
 
-def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event) -> Plan:
-    """The plan of `shape` with `n_ops` worker operators (module doc)."""
+def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event, rows: int = 1) -> Plan:
+    """The plan of `shape` with `n_ops` worker operators and tuples of `rows` rows
+    (module doc)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}")
+    if rows < 1:
+        raise ValueError(f"rows per tuple must be at least 1, got {rows}")
     plan = Plan(f"streams-{shape}")
-    plan.add("src", Src, stop)
+    plan.add("src", Src, stop, rows)
     if shape == "pipeline":
         names = ["src"] + [plan.add(f"w{i}", Work, cost) for i in range(n_ops)]
         plan.add("snk", Snk, 1, meter)

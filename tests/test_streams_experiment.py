@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from experiments.locality import CSV_COLUMNS, Ctx
@@ -19,19 +20,25 @@ from test_experiments import check_png, read_csv
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
-    burn(1.0, 10)  # the kernels compiled (or loaded from cache) before any run's clock
-    burn_held(1.0, 10)
+    one = np.zeros(1, np.int64)
+    burn(one, 10)  # the kernels compiled (or loaded from cache) before any run's clock
+    burn_held(one, 10)
 
 
 def test_kernels_release_the_gil_only_for_costly_tuples():
     """Below RELEASE_FLOPS a tuple's kernel keeps the GIL (a release hands it to a
     waiting thread on another core, which costs more than the kernel), from it on it
-    releases it; both compute the same value."""
+    releases it, counting every row of the tuple; both compute the same value, the sum
+    of the rows' own."""
     assert burn.targetoptions.get("nogil") is True and not burn_held.targetoptions.get("nogil")
     assert burn_for(1) is burn_held and burn_for(RELEASE_FLOPS - 1) is burn_held
     assert burn_for(RELEASE_FLOPS) is burn and burn_for(100_000) is burn
+    assert burn_for(RELEASE_FLOPS // 64 - 1, 64) is burn_held and burn_for(RELEASE_FLOPS // 64 + 1, 64) is burn
+    x = np.array([3, 7, 11], np.int64)
     for flops in (1, 1000, RELEASE_FLOPS):
-        assert burn(3.0, flops) == burn_held(3.0, flops)
+        assert burn(x, flops) == burn_held(x, flops)
+        assert burn(x, flops) == pytest.approx(sum(burn(x[i:i + 1], flops) for i in range(3)))
+        assert burn(x[:1], flops) != burn(x[1:2], flops)  # each row seeded by its value
 
 
 def test_shapes_have_the_documented_operators():
@@ -49,6 +56,33 @@ def test_every_model_runs_every_shape_in_order(shape, model):
     r = run_once(shape, 20, 100, {"queue_capacity": queue_for(shape, 20), **model}, 0.6, 0.2)
     assert r["violations"] == 0 and r["tuples"] > 0
     assert len(r["samples"]) == 3 and r["ctx_switches"] >= 0
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tuples_of_several_rows_arrive_whole_and_in_order(shape):
+    """rows=5: the source numbers rows 0, 1, 2, ... in tuples of 5, every worker sees
+    whole tuples of 5 consecutive rows, and the sink counts rows in order."""
+    from experiments.streams_ops import Work
+
+    seen = []
+    orig = Work.on_packet
+
+    def spy(self, ctx, port, pkt):
+        seen.append(pkt.columns["x"].copy())
+        orig(self, ctx, port, pkt)
+
+    Work.on_packet = spy
+    try:
+        r = run_once(shape, 20, 10, {"queue_capacity": queue_for(shape, 20), "threads": 2}, 0.6, 0.2, rows=5)
+    finally:
+        Work.on_packet = orig
+    assert r["violations"] == 0 and r["tuples"] > 0 and r["tuples"] % 5 == 0 and seen
+    assert all(len(x) == 5 and x[0] % 5 == 0 and (np.diff(x) == 1).all() for x in seen)
+
+
+def test_rows_per_tuple_must_be_positive():
+    with pytest.raises(ValueError):
+        build("mixed", 20, Cost(1), Meter(), threading.Event(), rows=0)
 
 
 @pytest.mark.parametrize("ncpu", [2, 16, 64])
@@ -130,13 +164,16 @@ def test_shapes_without_mixed_skip_its_goal_and_the_load_change(tmp_path):
               progress=False, command="bobox experiment streams --shapes dp (test)")
     ctx.topo = T.probe()
     out = exp_streams(ctx, 10, {"sample_s": 0.2, "static_s": 0.4, "period_s": 0.2, "elastic_s": 0.6,
-                                "sweep": [1], "costs": {"dp": (1,)}}, shapes=("dp",))
-    assert out["shapes"] == ["dp"] and set(out["static"]) == {"dp"}
+                                "sweep": [1], "costs": {"dp": (1,)}}, shapes=("dp",), rows=4)
+    assert out["shapes"] == ["dp"] and set(out["static"]) == {"dp"} and out["settings"]["tuple_rows"] == 4
     assert "dynamic_vs_manual" not in out and "load_change" not in out
     check_png(tmp_path / "streams.png")
     check_png(tmp_path / "streams-elastic.png")
     report = (tmp_path / "report.md").read_text()
     assert "data parallel at cost 1" in report and "mixed graph, dynamic" not in report and "load change" not in report
+    assert "tuples of 4 rows" in report
+    _header, rows = read_csv(tmp_path / "streams.csv")
+    assert {r["unit"] for r in rows if r["metric"] == "tuples_per_s"} == {"rows/s"}
 
 
 def test_shapes_are_taken_in_their_order_and_checked():
@@ -167,11 +204,12 @@ def test_bad_shapes(tmp_path, value, msg):
 
 def test_bad_input():
     for args, msg in ((["--ops", "5"], "--ops must be"), (["--ops", "10001"], "--ops must be"),
-                      (["--repeat", "3"], "--repeat does not apply")):
+                      (["--repeat", "3"], "--repeat does not apply"), (["--tuple-rows", "0"], "--tuple-rows must be"),
+                      (["--tuple-rows", "x"], "not an integer")):
         r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error:") and msg in r.stderr
-    for args in (["balancer", "--ops", "100"], ["ordered", "--shapes", "mixed"]):
+    for args in (["balancer", "--ops", "100"], ["ordered", "--shapes", "mixed"], ["tstream", "--tuple-rows", "8"]):
         r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", *args],
                            capture_output=True, text=True, timeout=120)
         lines = r.stderr.strip().splitlines()
