@@ -164,9 +164,14 @@ def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: flo
     }
 
 
+def unit_word(rows: int) -> str:
+    """What costs and the sink's throughput count: tuples, or rows where a tuple has
+    several."""
+    return "tuple" if rows == 1 else "row"
+
+
 def sink_unit(rows: int) -> str:
-    """What the sink's throughput counts: tuples, or rows where a tuple has several."""
-    return "tuples/s" if rows == 1 else "rows/s"
+    return f"{unit_word(rows)}s/s"
 
 
 def static_value(samples) -> float:
@@ -346,7 +351,7 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xlabel("scheduler threads")
             ax.set_ylabel(f"sink {sink_unit(cfg['tuple_rows'])}")
-            ax.set_title(f"{shape}, {c} FLOP/tuple")
+            ax.set_title(f"{shape}, {c} FLOP/{unit_word(cfg['tuple_rows'])}")
             if i == 0 and k == 0:
                 ax.legend(fontsize=7)
     fig.suptitle(f"IBM Streams threading models, {cfg['ops']} operators (Figs. 8-9)")
@@ -363,7 +368,7 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
         ax.axis("off")
     for ax, (shape, c) in zip(axes, picks):
         tr = res[(shape, c, "elastic-nocap")]["trace"]
-        _trace(ax, tr, f"{shape}, {c} FLOP/tuple (no CPU cap)")
+        _trace(ax, tr, f"{shape}, {c} FLOP/{unit_word(cfg['tuple_rows'])} (no CPU cap)")
     for ax, (form, d) in zip(axes[len(picks):], changes.items()):
         _trace(ax, d["trace"], f"mixed, cost 1000 -> 1 at {cfg['elastic_s'] / 2:g} s ({form})")
         ax.axvline(cfg["elastic_s"] / 2, color="black", lw=0.8)
@@ -435,6 +440,9 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
                      f"its noise filter needs 6 periods in a row to see a change) and {lc['paper']['levels_after']}, "
                      f"{lc['paper']['settle_periods']} (paper form; None: still moving when the run ended);")
     goals.append(f"- per-edge order held in every run: {'yes' if out['fifo_ok'] else 'NO'}.")
+    if cfg["tuple_rows"] != 1:
+        goals.append(f"\nThese runs use tuples of {cfg['tuple_rows']} rows (`--tuple-rows`); the paper's figures, "
+                     "and so the goals, are for one-row tuples.")
     notes = []
     if tuple(shapes) != SHAPES:
         notes.append(f"Graph shapes run: {', '.join(shapes)} only (`--shapes`); the goals of the other shapes are "
@@ -453,6 +461,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
                      + (": the machine was shared with other work, so each run got a share of the CPUs that grew "
                         "with its number of runnable threads; absolute figures and ratios carry that noise (the "
                         "tuples-per-CPU-second table does not)." if busy else "."))
+    per = unit_word(cfg["tuple_rows"])
     queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in shapes)
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); "
@@ -472,13 +481,13 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         + " ".join(notes) + "\n\n"
         "Known deviation (spec section 4): in Python, `dedicated` is not expected to win on a pipeline (the paper's "
         "result rests on synchronisation-free C++ hand-off between 1,000 threads; here they contend for the GIL).\n\n"
-        + _md_table(["shape", "FLOP/tuple", "manual", "dedicated", "dynamic static (threads: tuples/s)",
+        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", f"dynamic static (threads: {per}s/s)",
                      "best T", "elastic (cap 0.8) @ level", "elastic (no cap) @ level", "elastic/best",
                      "no-cap/best"], rows)
-        + "\n\nSink tuples per CPU-second of the process (user + system, all threads): what each model "
+        + f"\n\nSink {per}s per CPU-second of the process (user + system, all threads): what each model "
         "gets out of the CPU it was given, independent of how much the other processes on the machine left "
         "it (a run with more runnable threads gets a larger share of a loaded machine):\n\n"
-        + _md_table(["shape", "FLOP/tuple", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
+        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
         + _md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
         + "\n\nGoals (issue 13):\n\n" + "\n".join(goals) + "\n\n"

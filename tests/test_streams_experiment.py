@@ -171,7 +171,8 @@ def test_shapes_without_mixed_skip_its_goal_and_the_load_change(tmp_path):
     check_png(tmp_path / "streams-elastic.png")
     report = (tmp_path / "report.md").read_text()
     assert "data parallel at cost 1" in report and "mixed graph, dynamic" not in report and "load change" not in report
-    assert "tuples of 4 rows" in report
+    assert "tuples of 4 rows" in report and "| FLOP/row |" in report
+    assert "the goals, are for one-row tuples" in report
     _header, rows = read_csv(tmp_path / "streams.csv")
     assert {r["unit"] for r in rows if r["metric"] == "tuples_per_s"} == {"rows/s"}
 
