@@ -23,7 +23,8 @@ MAX_TUPLE_ROWS = 1_000_000
 # TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
 ONLY = {
     "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
-    "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",), "events": ("tstream",),
+    "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",),
+    "events": ("tstream",),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.

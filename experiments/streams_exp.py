@@ -322,8 +322,8 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> 
     if changes:
         out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
                                      "levels_after": d["levels_after"]} for form, d in changes.items()}
-    out["settings"] = {k: cfg[k] for k in ("ops", "tuple_rows", "sample_s", "static_s", "period_s", "elastic_s", "sweep",
-                                           "min_level", "max_level")} | {
+    out["settings"] = {k: cfg[k] for k in ("ops", "tuple_rows", "sample_s", "static_s", "period_s", "elastic_s",
+                                           "sweep", "min_level", "max_level")} | {
         "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes},
         "gil_release_flops": RELEASE_FLOPS}
     _plot(ctx, res, series, static_names, changes, cfg, shapes)
