@@ -255,7 +255,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
         rec.add(name, x, "tuples_per_s", val, unit=sink_unit(rows))
         rec.add(name, x, "ctx_switches", r["ctx_switches"])
         rec.add(name, x, "cpu_s", r["cpu_s"], unit="s")
-        rec.add(name, x, "tuples_per_cpu_s", r["tuples_per_cpu_s"], unit="tuples/CPU-s")
+        rec.add(name, x, "tuples_per_cpu_s", r["tuples_per_cpu_s"], unit=f"{unit_word(rows)}s/CPU-s")
         rec.add(name, x, "loadavg", r["loadavg"])
         rec.add(name, x, "order_violations", r["violations"])
         if r["level"] is not None:
