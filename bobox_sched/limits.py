@@ -71,6 +71,19 @@ MAX_BUFFER_PACKETS = 1024
 # is the default, a round a minute is as good as off.
 MAX_BALANCE_INTERVAL = 60.0
 
+# The experiments' own knobs (``bobox experiment``; experiments/experiment_cli.py):
+# operators per graph of the streams experiment (``dedicated`` starts a thread each);
+MAX_STREAM_OPS = 10_000
+# rows per query of the ordered experiment (a day of one core at most);
+MAX_QUERY_ROWS = 1_000_000_000
+# events per run of the tstream experiment (same bound);
+MAX_EVENTS = 1_000_000_000
+# rows per tuple of the streams experiment: a tuple is one packet of int64 rows (128 KiB
+# at most). A graph's queues hold about 1,000 tuples (streams_exp.GRAPH_SLOTS), and up to
+# 2 per input port with more than 1,000 operators (one slot per port): 128 MiB, or 2.5 GiB
+# at 10,000 operators; and a tuple at 100,000 FLOPs per row is about a second of kernel.
+MAX_TUPLE_ROWS = 16_384
+
 
 def count_problem(value, cap: int, minimum: int = 1) -> str | None:
     """Why `value` is not an integer in [minimum, cap] ("must be at most 1024 ..., got
@@ -133,6 +146,10 @@ __all__ = [
     "MAX_EXECUTOR_CORES",
     "MAX_BUFFER_PACKETS",
     "MAX_BALANCE_INTERVAL",
+    "MAX_STREAM_OPS",
+    "MAX_QUERY_ROWS",
+    "MAX_EVENTS",
+    "MAX_TUPLE_ROWS",
     "count_problem",
     "real_problem",
     "check_count",

@@ -11,13 +11,6 @@ from __future__ import annotations
 
 LOCALITY = ("numa-factor", "packet-size", "numa-placement", "schedulers", "balancer", "all")
 EXPERIMENTS = LOCALITY + ("regions", "ordered", "streams", "tstream", "policies")
-# Operators per graph of the streams experiment at most (dedicated starts a thread each).
-MAX_OPS = 10_000
-MAX_ROWS = 1_000_000_000  # rows per query of the ordered experiment (a day of one core at most)
-MAX_EVENTS = 1_000_000_000  # events per run of the tstream experiment (same bound)
-# Rows per tuple of the streams experiment at most: a tuple is one packet, and its rows are
-# int64 (8 MB a tuple, times up to 1,000 tuples queued per graph).
-MAX_TUPLE_ROWS = 1_000_000
 
 # The options that only some experiments read (the rest apply to every one, or to the
 # TPC-H based ones: --data/--sf/--threads-per-node/--virtual-nodes).
@@ -58,23 +51,24 @@ def add_arguments(p) -> None:
     p.add_argument("--workers", metavar="LIST", default=None,
                    help="ordered: worker counts, e.g. 1,2,4 (default 1,2,4,8,12,16 up to the CPUs); policies: one "
                    "worker count for every policy (default: one per CPU)")
-    p.add_argument("--rows", type=count(MAX_ROWS), default=None, metavar="N",
+    p.add_argument("--rows", type=count(L.MAX_QUERY_ROWS), default=None, metavar="N",
                    help="ordered: input rows per query (default 1000000, 150000 with --quick); policies: rows per "
                    "run (default 2000000, 300000 with --quick)")
     p.add_argument("--figures", metavar="LIST", default=None,
                    help="ordered: which figures, e.g. 8,9 (default all of 8-14)")
     p.add_argument("--emulate", action="store_true",
                    help="ordered: operators sleep their per-row cost instead of computing it (a core per worker)")
-    p.add_argument("--ops", type=count(MAX_OPS, minimum=10), default=None, metavar="N",
+    p.add_argument("--ops", type=count(L.MAX_STREAM_OPS, minimum=10), default=None, metavar="N",
                    help="streams: worker operators per graph (default 1000, 100 with --quick; at least 10, the "
                    "mixed graph is 10 pipelines)")
     p.add_argument("--shapes", metavar="LIST", default=None,
                    help="streams: which graph shapes, e.g. mixed or pipeline,dp (default all of pipeline, dp, "
                    "mixed; run in that order)")
-    p.add_argument("--tuple-rows", type=count(MAX_TUPLE_ROWS), default=None, metavar="N",
+    p.add_argument("--tuple-rows", type=count(L.MAX_TUPLE_ROWS), default=None, metavar="N",
                    help="streams: rows per tuple, each costing the shape's FLOPs (default 1, the paper's tuples; "
-                   "more rows amortize each hand-off's Python; throughput is then in rows/s)")
-    p.add_argument("--events", type=count(MAX_EVENTS), default=None, metavar="N",
+                   f"at most {L.MAX_TUPLE_ROWS}; more rows amortize each hand-off's Python; throughput is then in "
+                   "rows/s)")
+    p.add_argument("--events", type=count(L.MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

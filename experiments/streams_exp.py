@@ -38,7 +38,10 @@ the summary and the report then cover those shapes only; the data-parallel goal 
 ``dp``, and the mixed-graph goal and the load-change runs need ``mixed``.
 
 ``--tuple-rows N`` (``rows=``) makes every tuple a packet of N rows (default 1, the
-paper's tuples), each row costing the shape's FLOPs; throughput is then counted in rows.
+paper's tuples), each row costing the shape's FLOPs; throughput is then counted in rows
+(the JSON keys, the CSV metrics and ``run_once``'s ``tuples`` keep their names; the CSV's
+unit column says rows). Queues stay sized in tuples, so heavier tuples take longer to fill
+them: a static run's first sample is left out for that.
 Under the GIL a hand-off between operators costs microseconds of Python whatever a tuple
 carries, so the models compare as in the paper only where a tuple's work outweighs its
 hand-off: with N rows that is N times sooner (streams_ops module doc).
@@ -58,7 +61,8 @@ from bobox_sched import Scheduler
 from bobox_sched.errors import RequestCancelled
 
 from .locality import Recorder, _md_table, _plt, _save, write_section
-from .streams_ops import COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, n_workers
+from .streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
+                          n_workers)
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
 # Tuples the whole graph may hold in its queues. The sink sees a steady flow only once the
@@ -224,9 +228,11 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     COSTS = cfg["costs"]  # noqa: N806 - the module constant, or the overridden cost sets
     ops, rows = cfg["ops"], cfg["tuple_rows"]
     rec = Recorder(ctx, "streams")
+    burn(1.0, 10)  # compile (cached) before any clock runs
+    burn_held(1.0, 10)
     one = np.zeros(1, np.int64)
-    burn(one, 10)  # compile (cached) before any clock runs
-    burn_held(one, 10)
+    burn_rows(one, 10)
+    burn_rows_held(one, 10)
     # Full collections walk every object of the process (numba's are many); operators that
     # nest deeply (manual, reSchedule) promote young objects and make them frequent. One
     # freeze after the imports keeps that cost out of every series alike.
@@ -444,6 +450,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         goals.append(f"\nThese runs use tuples of {cfg['tuple_rows']} rows (`--tuple-rows`); the paper's figures, "
                      "and so the goals, are for one-row tuples.")
     notes = []
+    per = unit_word(cfg["tuple_rows"])
     if tuple(shapes) != SHAPES:
         notes.append(f"Graph shapes run: {', '.join(shapes)} only (`--shapes`); the goals of the other shapes are "
                      "not measured.")
@@ -460,8 +467,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         notes.append(f"1-minute load average during the runs: {min(loads):.1f} to {max(loads):.1f} on {ncpu} CPUs"
                      + (": the machine was shared with other work, so each run got a share of the CPUs that grew "
                         "with its number of runnable threads; absolute figures and ratios carry that noise (the "
-                        "tuples-per-CPU-second table does not)." if busy else "."))
-    per = unit_word(cfg["tuple_rows"])
+                        f"{per}s-per-CPU-second table does not)." if busy else "."))
     queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in shapes)
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); "

@@ -29,8 +29,8 @@ from bobox_sched.packet import Packet
 from bobox_sched.stream import model as M
 
 SHAPES = ("pipeline", "dp", "mixed")
-# Costs per tuple (FLOPs) per shape: Figs. 8 (top: 1, 100, 1,000; bottom: 1, 10k, 100k)
-# and 9 (not in the text; Fig. 10 uses 1,000 for the mixed graph).
+# Costs per row (FLOPs; per tuple with the paper's one-row tuples) per shape: Figs. 8
+# (top: 1, 100, 1,000; bottom: 1, 10k, 100k) and 9 (not in the text; Fig. 10 uses 1,000 for the mixed graph).
 COSTS = {"pipeline": (1, 100, 1000), "dp": (1, 10_000, 100_000), "mixed": (1, 100, 1000)}
 MIXED_WIDTH = 10
 
@@ -60,6 +60,18 @@ def _steps(seed, flops):
     return acc
 
 
+@njit(nogil=True, cache=True)
+def burn(seed, flops):
+    """`_steps` with the GIL released: a one-row tuple."""
+    return _steps(seed, flops)
+
+
+@njit(cache=True)
+def burn_held(seed, flops):
+    """`_steps` with the GIL held: one-row tuples below ``RELEASE_FLOPS``."""
+    return _steps(seed, flops)
+
+
 @njit(cache=True, inline="always")
 def _rows(x, flops):
     """`flops` FLOPs per row of `x`, each row's seeded by its value."""
@@ -70,33 +82,42 @@ def _rows(x, flops):
 
 
 @njit(nogil=True, cache=True)
-def burn(x, flops):
+def burn_rows(x, flops):
     """`flops` FLOPs per row of the int64 array `x`, with the GIL released."""
     return _rows(x, flops)
 
 
 @njit(cache=True)
-def burn_held(x, flops):
-    """``burn`` with the GIL held: tuples below ``RELEASE_FLOPS`` in all."""
+def burn_rows_held(x, flops):
+    """``burn_rows`` with the GIL held: tuples below ``RELEASE_FLOPS`` in all."""
     return _rows(x, flops)
 
 
-def burn_for(flops: int, rows: int = 1):
-    """The kernel a tuple of `rows` rows at `flops` FLOPs each runs: ``burn`` (GIL
-    released) from ``RELEASE_FLOPS`` per tuple on, ``burn_held`` below."""
-    return burn if flops * rows >= RELEASE_FLOPS else burn_held
+def burn_for(flops: int):
+    """The kernel a one-row tuple of `flops` FLOPs runs (called with the row's value, a
+    float): ``burn`` (GIL released) from ``RELEASE_FLOPS`` on, ``burn_held`` below."""
+    return burn if flops >= RELEASE_FLOPS else burn_held
+
+
+def burn_rows_for(flops: int, rows: int):
+    """The kernel a tuple of `rows` rows at `flops` FLOPs each runs (called with the
+    rows): ``burn_rows`` (GIL released) from ``RELEASE_FLOPS`` per tuple on,
+    ``burn_rows_held`` below. One-row tuples keep ``burn_for``'s scalar kernels (class
+    ``Work``), so the paper's configuration runs the code it ran before tuples could
+    have several rows."""
+    return burn_rows if flops * rows >= RELEASE_FLOPS else burn_rows_held
 
 
 class Cost:
-    """The cost per tuple, shared by a plan's workers; an experiment may change it
-    while the graph runs (a change of load)."""
+    """The cost per row, shared by a plan's workers; an experiment may change it while
+    the graph runs (a change of load)."""
 
     def __init__(self, flops: int):
         self.flops = int(flops)
 
 
 class Meter:
-    """What the sink saw: tuples (read by the sampling thread), order violations."""
+    """What the sink saw: rows (read by the sampling thread), order violations."""
 
     def __init__(self):
         self.count = 0
@@ -139,9 +160,19 @@ class Work(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         flops = self.cost.flops  # read once: an experiment may change it while the graph runs
-        x = pkt.columns["x"]
-        self.acc += burn_for(flops, x.shape[0])(x, flops)
+        self.acc += burn_for(flops)(float(pkt.columns["x"][0]), flops)
         ctx.send("out", pkt)  # forwarded unchanged: a packet is immutable once sent
+
+
+class WorkRows(Work):
+    """``Work`` for tuples of several rows (``Work`` itself keeps the one-row tuple's
+    path as short as it was: ``burn_for``, ``burn_rows_for``)."""
+
+    def on_packet(self, ctx, port, pkt):
+        flops = self.cost.flops
+        x = pkt.columns["x"]
+        self.acc += burn_rows_for(flops, x.shape[0])(x, flops)
+        ctx.send("out", pkt)
 
 
 class Split(StreamOperator):
@@ -208,8 +239,9 @@ def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Even
         raise ValueError(f"rows per tuple must be at least 1, got {rows}")
     plan = Plan(f"streams-{shape}")
     plan.add("src", Src, stop, rows)
+    work = Work if rows == 1 else WorkRows
     if shape == "pipeline":
-        names = ["src"] + [plan.add(f"w{i}", Work, cost) for i in range(n_ops)]
+        names = ["src"] + [plan.add(f"w{i}", work, cost) for i in range(n_ops)]
         plan.add("snk", Snk, 1, meter)
         plan.chain(*names)
         plan.connect(names[-1], "snk.i0")
@@ -220,7 +252,7 @@ def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Even
     plan.connect("src", "split")
     plan.add("snk", Snk, width, meter)
     for k in range(width):
-        names = [plan.add(f"w{k}_{d}", Work, cost) for d in range(depth)]
+        names = [plan.add(f"w{k}_{d}", work, cost) for d in range(depth)]
         plan.connect(f"split.o{k}", names[0])
         if len(names) > 1:
             plan.chain(*names)
@@ -234,5 +266,5 @@ def n_workers(shape: str, n_ops: int) -> int:
     return n_ops
 
 
-__all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "Src", "Work", "build", "burn",
-           "n_workers"]
+__all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "Src", "Work", "WorkRows", "build",
+           "burn", "burn_for", "burn_held", "burn_rows", "burn_rows_for", "burn_rows_held", "n_workers"]

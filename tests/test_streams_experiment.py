@@ -14,15 +14,18 @@ import pytest
 
 from experiments.locality import CSV_COLUMNS, Ctx
 from experiments.streams_exp import exp_streams, queue_for, run_once
-from experiments.streams_ops import RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_for, burn_held, n_workers
+from experiments.streams_ops import (RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_for, burn_held, burn_rows,
+                                     burn_rows_for, burn_rows_held, n_workers)
 from test_experiments import check_png, read_csv
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
+    burn(1.0, 10)  # the kernels compiled (or loaded from cache) before any run's clock
+    burn_held(1.0, 10)
     one = np.zeros(1, np.int64)
-    burn(one, 10)  # the kernels compiled (or loaded from cache) before any run's clock
-    burn_held(one, 10)
+    burn_rows(one, 10)
+    burn_rows_held(one, 10)
 
 
 def test_kernels_release_the_gil_only_for_costly_tuples():
@@ -30,15 +33,21 @@ def test_kernels_release_the_gil_only_for_costly_tuples():
     waiting thread on another core, which costs more than the kernel), from it on it
     releases it, counting every row of the tuple; both compute the same value, the sum
     of the rows' own."""
-    assert burn.targetoptions.get("nogil") is True and not burn_held.targetoptions.get("nogil")
+    for k in (burn, burn_rows):
+        assert k.targetoptions.get("nogil") is True
+    for k in (burn_held, burn_rows_held):
+        assert not k.targetoptions.get("nogil")
     assert burn_for(1) is burn_held and burn_for(RELEASE_FLOPS - 1) is burn_held
     assert burn_for(RELEASE_FLOPS) is burn and burn_for(100_000) is burn
-    assert burn_for(RELEASE_FLOPS // 64 - 1, 64) is burn_held and burn_for(RELEASE_FLOPS // 64 + 1, 64) is burn
+    assert burn_rows_for(RELEASE_FLOPS // 64 - 1, 64) is burn_rows_held
+    assert burn_rows_for(RELEASE_FLOPS // 64 + 1, 64) is burn_rows
     x = np.array([3, 7, 11], np.int64)
     for flops in (1, 1000, RELEASE_FLOPS):
-        assert burn(x, flops) == burn_held(x, flops)
-        assert burn(x, flops) == pytest.approx(sum(burn(x[i:i + 1], flops) for i in range(3)))
-        assert burn(x[:1], flops) != burn(x[1:2], flops)  # each row seeded by its value
+        assert burn(3.0, flops) == burn_held(3.0, flops)
+        assert burn_rows(x, flops) == burn_rows_held(x, flops)
+        # a tuple's rows cost what the same rows cost as one-row tuples
+        assert burn_rows(x, flops) == pytest.approx(sum(burn(float(v), flops) for v in x))
+        assert burn(3.0, flops) != burn(7.0, flops)  # each row seeded by its value
 
 
 def test_shapes_have_the_documented_operators():
@@ -59,24 +68,22 @@ def test_every_model_runs_every_shape_in_order(shape, model):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_tuples_of_several_rows_arrive_whole_and_in_order(shape):
-    """rows=5: the source numbers rows 0, 1, 2, ... in tuples of 5, every worker sees
-    whole tuples of 5 consecutive rows, and the sink counts rows in order."""
-    from experiments.streams_ops import Work
+def test_tuples_of_several_rows_arrive_whole_and_in_order(shape, monkeypatch):
+    """rows=5: the source numbers rows 0, 1, 2, ... in tuples of 5; the workers see whole
+    tuples of 5 consecutive rows (each tuple once per worker on its path), and the sink
+    counts rows, in order."""
+    from experiments.streams_ops import WorkRows
 
     seen = []
-    orig = Work.on_packet
+    orig = WorkRows.on_packet
 
     def spy(self, ctx, port, pkt):
         seen.append(pkt.columns["x"].copy())
         orig(self, ctx, port, pkt)
 
-    Work.on_packet = spy
-    try:
-        r = run_once(shape, 20, 10, {"queue_capacity": queue_for(shape, 20), "threads": 2}, 0.6, 0.2, rows=5)
-    finally:
-        Work.on_packet = orig
-    assert r["violations"] == 0 and r["tuples"] > 0 and r["tuples"] % 5 == 0 and seen
+    monkeypatch.setattr(WorkRows, "on_packet", spy)
+    r = run_once(shape, 20, 10, {"queue_capacity": queue_for(shape, 20), "threads": 2}, 0.6, 0.2, rows=5)
+    assert r["violations"] == 0 and r["tuples"] > 0 and seen
     assert all(len(x) == 5 and x[0] % 5 == 0 and (np.diff(x) == 1).all() for x in seen)
 
 
@@ -175,6 +182,7 @@ def test_shapes_without_mixed_skip_its_goal_and_the_load_change(tmp_path):
     assert "the goals, are for one-row tuples" in report
     _header, rows = read_csv(tmp_path / "streams.csv")
     assert {r["unit"] for r in rows if r["metric"] == "tuples_per_s"} == {"rows/s"}
+    assert {r["unit"] for r in rows if r["metric"] == "tuples_per_cpu_s"} == {"rows/CPU-s"}
 
 
 def test_shapes_are_taken_in_their_order_and_checked():
@@ -206,6 +214,7 @@ def test_bad_shapes(tmp_path, value, msg):
 def test_bad_input():
     for args, msg in ((["--ops", "5"], "--ops must be"), (["--ops", "10001"], "--ops must be"),
                       (["--repeat", "3"], "--repeat does not apply"), (["--tuple-rows", "0"], "--tuple-rows must be"),
+                      (["--tuple-rows", "16385"], "--tuple-rows must be"),
                       (["--tuple-rows", "x"], "not an integer")):
         r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
                            capture_output=True, text=True, timeout=120)
