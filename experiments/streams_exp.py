@@ -62,7 +62,7 @@ from bobox_sched.errors import RequestCancelled
 
 from .locality import Recorder, _md_table, _plt, _save, write_section
 from .streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
-                          n_workers)
+                          check_rows, n_workers)
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
 # Tuples the whole graph may hold in its queues. The sink sees a steady flow only once the
@@ -220,8 +220,8 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     `shapes` picks graph shapes (default all), `rows` the rows per tuple (default 1; see
     the module doc)."""
     shapes = chosen_shapes(shapes)
-    if rows is not None and rows < 1:
-        raise ValueError(f"rows per tuple must be at least 1, got {rows}")
+    if rows is not None:
+        check_rows(rows)
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cfg = settings_for(ctx.quick, ncpu, n_ops, rows)
     cfg.update(overrides or {})

@@ -129,8 +129,6 @@ class Src(Source):
     rows-1) as fast as downstream takes them, until `stop` is set."""
 
     def __init__(self, stop: threading.Event, rows: int = 1):
-        if rows < 1:
-            raise ValueError(f"rows per tuple must be at least 1, got {rows}")
         self.stop = stop
         self.rows = int(rows)
         self.i = 0
@@ -230,13 +228,19 @@ class Snk(Operator):
             ctx.finish()
 
 
+def check_rows(rows: int) -> None:
+    """Rows per tuple must be a positive count (``build``, and the experiment before it
+    measures anything)."""
+    if rows < 1:
+        raise ValueError(f"rows per tuple must be at least 1, got {rows}")
+
+
 def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event, rows: int = 1) -> Plan:
     """The plan of `shape` with `n_ops` worker operators and tuples of `rows` rows
     (module doc)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}")
-    if rows < 1:
-        raise ValueError(f"rows per tuple must be at least 1, got {rows}")
+    check_rows(rows)
     plan = Plan(f"streams-{shape}")
     plan.add("src", Src, stop, rows)
     work = Work if rows == 1 else WorkRows
@@ -267,4 +271,4 @@ def n_workers(shape: str, n_ops: int) -> int:
 
 
 __all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "Src", "Work", "WorkRows", "build",
-           "burn", "burn_for", "burn_held", "burn_rows", "burn_rows_for", "burn_rows_held", "n_workers"]
+           "burn", "check_rows", "burn_for", "burn_held", "burn_rows", "burn_rows_for", "burn_rows_held", "n_workers"]
