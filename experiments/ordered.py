@@ -22,6 +22,8 @@ Every run's egress digest (SHA-256 per column) is compared with the sequential r
 (one worker of the ``simple`` policy): ``ordered_identical`` in the JSON. Each point is
 the median of ``--repeat`` runs; the configurations compared in one figure are run
 alternately, repeat by repeat, so that a change of machine load hits both sides.
+Once, before the figures: the bookkeeping per unit, and what waking a sleeping thread
+costs on this machine (JSON ``handoff``, ``experiments/handoff.py``).
 Writes ``DIR/ordered.csv`` (long format, as ``experiments/locality.py``),
 ``DIR/ordered.png`` and the ``ordered`` section of ``DIR/report.md``.
 
@@ -50,6 +52,7 @@ import numpy as np
 import topology as T
 from bobox_sched.errors import BoboxError
 
+from .handoff import describe, wake_us
 from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 HEURISTICS = ("ct", "lp", "et", "qst")
@@ -481,6 +484,7 @@ def run_experiment(args) -> dict:
                      "cost_mode": COST_MODE[0]}
     data = refs = None
     summary["bookkeeping_us"] = bookkeeping(ctx, run, rec)
+    summary["handoff"] = wake_us()  # the machine's hand-off cost (experiments/handoff.py)
     if {8, 11, 14} & set(figures):
         print(f"[ordered] generating {rows} rows of clickstream and store sales ...", file=sys.stderr, flush=True)
         streams = {"wc": stream_for("q2", rows, seed=1), "ss": stream_for("q1", rows, seed=1)}
@@ -849,6 +853,8 @@ def report(ctx, s, workers, queries) -> None:
                      f"per stateless unit, {b['partitioned_us_per_slice']} us per bucket slice of a partitioned "
                      "operator (p = 100). A unit's kernel must cost well above that for workers to scale: the "
                      "bookkeeping runs under the GIL.")
+    if s.get("handoff"):
+        parts.append(describe(s["handoff"]))
     why = s.get("goals", {}).get("why_missed")
     if why:
         parts.append("**Shapes not shown by this run, and the measured cause:**\n\n"

@@ -41,7 +41,8 @@ the median over rounds. Every run's output digest is compared with the reference
 plan under ``bobox`` on one worker (one request, sequential). Recorded with them: the
 load average, and before and after the runs what two plain threads running a nogil
 kernel get over one (``regions.ceiling``): on a shared machine, the most a second worker
-could give any policy.
+could give any policy; and before the runs, what waking a sleeping thread costs here
+(JSON ``handoff``, ``experiments/handoff.py``), the price of each hand-off between workers.
 
 The output of a window is a multiset (``WindowAggregate.emit_order = "unordered"``): the
 digest sorts each window's rows by key before hashing, and includes the sequence of
@@ -73,6 +74,7 @@ from bobox_sched.stream import model as M
 from bobox_sched.stream.punct import Window
 from operators.stream.ordered_micro import _iterate
 
+from .handoff import describe, wake_us
 from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 NAME = "policies"
@@ -278,6 +280,7 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
 
     load_before = os.getloadavg()
     ceil_before = ceiling(ctx.repeat)
+    handoff = wake_us()  # the machine's hand-off cost (experiments/handoff.py)
     bar = ctx.bar(1 + len(cfgs) * (ctx.repeat + 1), NAME)
     bar.set_postfix_str("reference")
     ref = reference(ctx, plan)
@@ -361,6 +364,7 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
         "elastic_level_at_end": _med(m["level"] for m in runs.get("streams-elastic", [])),
         "load_avg": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         "ceiling_before_after": [round(ceil_before, 3), round(ceil_after, 3)],
+        "handoff": handoff,
         "excluded": excluded,
         "workers": workers,
         "cpus": len(ctx.topo.cpus),
@@ -472,7 +476,7 @@ def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
            "so)." if busy else ".")
         + f" Two plain threads running a nogil kernel got {s['ceiling_before_after'][0]:.2f}x / "
         f"{s['ceiling_before_after'][1]:.2f}x the work of one (before / after, `experiments.regions.ceiling`): "
-        "the most any policy could gain from a second worker during the run.",
+        "the most any policy could gain from a second worker during the run. " + describe(s.get("handoff")),
         "",
         "Notes:",
         "",

@@ -18,7 +18,9 @@ also: context switches of the process (psutil), the 1-minute load average, the s
 level, and for elastic runs the controller's trace (throughput across all operators and
 the level per period: Fig. 10). A run ends by cancelling its request (queues of 1,000
 tuples per port can hold more than can be drained quickly); order is checked at the sink
-on every port (``fifo_ok``), exactly-once delivery is the unit tests' business.
+on every port (``fifo_ok``), exactly-once delivery is the unit tests' business. Once,
+before the runs: what waking a sleeping thread costs on this machine (JSON ``handoff``,
+``experiments/handoff.py``), the price of every hand-off between threads.
 
 The elastic runs use ``min_level=1`` on every machine, a deviation recorded in the
 report. The deadlock rule (``1 + the most input ports``) exists for operators that may
@@ -60,6 +62,7 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.errors import RequestCancelled
 
+from .handoff import describe, wake_us
 from .locality import Recorder, _md_table, _plt, _save, write_section
 from .streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
@@ -238,6 +241,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     # freeze after the imports keeps that cost out of every series alike.
     gc.collect()
     gc.freeze()
+    handoff = wake_us()  # the machine's hand-off cost, before the runs (experiments/handoff.py)
     el_kw = {"elastic": True, "max_level": cfg["max_level"], "period_s": cfg["period_s"]}
     if cfg["min_level"] is not None:
         el_kw["min_level"] = cfg["min_level"]
@@ -288,10 +292,10 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
         bar.update(1)
     bar.close()
     rec.write()
-    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes)
+    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes, handoff)
 
 
-def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> dict:
+def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, handoff=None) -> dict:
     COSTS = cfg["costs"]  # noqa: N806
 
     def v(shape, c, name):
@@ -332,6 +336,7 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES) -> 
                                            "sweep", "min_level", "max_level")} | {
         "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes},
         "gil_release_flops": RELEASE_FLOPS}
+    out["handoff"] = handoff
     _plot(ctx, res, series, static_names, changes, cfg, shapes)
     _report(ctx, out, cfg, ncpu, res, static_names, shapes)
     return out
@@ -461,6 +466,9 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
     if cfg["small_machine"]:
         notes.append(f"This machine has {ncpu} CPUs: elastic runs use `max_level={cfg['max_level']}` (2 x CPUs, "
                      "oversubscribed), a deviation from the paper's `max = CPUs` (spec section 4).")
+    if out.get("handoff"):
+        notes.append(describe(out["handoff"]) + f" Dynamic hands each tuple to a queue that another thread may drain; "
+                     "manual calls the next operator directly.")
     loads = [x for sh in out["loadavg"].values() for d in sh.values() for x in d.values()]
     if loads:
         busy = max(loads) > ncpu

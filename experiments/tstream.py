@@ -28,6 +28,9 @@ Why the Fig. 8 trend is what it is, measured (``_scaling``; JSON ``scaling`` and
 threads with the txn kernels timed (``operators/released.py``: serial fraction = share of
 busy time holding the GIL, and Amdahl's cap from it), TStream's wall time per event in
 state-access mode and in compute mode, and the Parser alone (no transactional operator).
+The paragraph ends with what waking a sleeping thread costs on this machine (JSON
+``handoff``, measured before the runs: ``experiments/handoff.py``), which every hand-off
+between the workers of a batch pays.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import topology as T
 from bobox_sched.errors import BoboxError
 from topology.virtual import virtual_topology
 
+from .handoff import describe, wake_us
 from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
@@ -345,6 +349,7 @@ def run_experiment(args, ctx: Ctx | None = None) -> dict:
     rec = Recorder(ctx, "tstream")
     runner = Runner(ctx, events, budget, ctx.threads_per_node)
     load0 = _loadavg()
+    handoff = wake_us()  # the machine's hand-off cost, before the runs (experiments/handoff.py)
     t_start = time.perf_counter()
     summary: dict = {"events_per_point_max": events, "budget_s": budget, "repeat": repeat, "threads": threads,
                      "virtual_nodes": vnodes}
@@ -489,7 +494,8 @@ def run_experiment(args, ctx: Ctx | None = None) -> dict:
         "numa": numa,
         "goals": goals,
         "scaling": scaling,
-        "scaling_cause": _scaling_text(scaling, threads),
+        "scaling_cause": _scaling_text(scaling, threads) + " " + describe(handoff),
+        "handoff": handoff,
         "load_average_before_after": [load0, load1],
         "cpus": len(ctx.topo.cpus),
         "elapsed_s": round(time.perf_counter() - t_start, 1),

@@ -56,6 +56,7 @@ def test_json_has_the_figures(tiny):
     assert set(s["hybrid_vs_partitioned_queries"]) == set(s["nonblocking_vs_lock_queries"]) == \
         {"q1", "q2", "q3", "q4", "q15"}
     assert "ct_peak_within_5pct" in s["goals"]
+    assert 0 < s["handoff"]["p10_us"] <= s["handoff"]["median_us"] <= s["handoff"]["p90_us"]
     # figure 8: per-operator busy time, contention and unit size at each heuristic's peak
     for h in s["heuristics"].values():
         for q in h.values():
@@ -146,6 +147,7 @@ def test_csv_png_report(tiny):
     check_png(out / "ordered.png")
     report = (out / "report.md").read_text()
     assert "<!-- bobox:ordered -->" in report and "Figure 9" in report and "byte-identical" in report
+    assert "Waking a sleeping thread costs" in report
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -53,7 +53,7 @@ def test_files(quick):
     assert report.count("<!-- bobox:policies -->") == 1 and report.count("<!-- /bobox:policies -->") == 1
     assert "old policies section" not in report and "kept" in report  # replaced; the others' sections stay
     assert "Command: `bobox experiment policies --quick" in report and "(policies.png)" in report
-    assert "TStream" in report
+    assert "TStream" in report and "Waking a sleeping thread costs" in report
     assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
 
 
@@ -68,6 +68,7 @@ def test_table_and_summary(quick):
     assert s["ratio_to_bobox"]["bobox"] == 1.0
     assert len(s["load_avg"]["before"]) == len(s["load_avg"]["after"]) == 3
     assert len(s["ceiling_before_after"]) == 2 and all(x > 0 for x in s["ceiling_before_after"])
+    assert s["handoff"]["median_us"] > 0 and s["handoff"]["round_trips"] > 0
     assert s["rows"] == 40000 and s["repeat"] == 1 and s["workers"] >= 1
     lines = stdout.splitlines()
     assert lines[1].split()[:4] == ["config", "threads", "rows/s", "x"]

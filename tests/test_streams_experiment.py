@@ -132,6 +132,8 @@ def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
     check_png(tmp_path / "streams-elastic.png")
     report = (tmp_path / "report.md").read_text()
     assert report.count("<!-- bobox:streams -->") == 1 and "Known deviation" in report and "placement `fill`" in report
+    assert out["handoff"]["median_us"] > 0
+    assert f"Waking a sleeping thread costs {out['handoff']['median_us']:.1f} us here" in report
 
 
 @pytest.mark.slow

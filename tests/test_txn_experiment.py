@@ -54,6 +54,9 @@ def test_outputs_and_json(quick):
             assert 1 <= sc[cc]["amdahl_cap"] <= len(threads) and sc[cc]["speedup"] > 0
         assert all(0 < v < 1 for v in sc["tstream"]["state_access_share"].values())
     assert "serial fraction" in s["scaling_cause"] and "Why TStream does not scale here (measured" in report
+    # the machine's hand-off cost, measured before the runs, ends the "why" paragraph
+    assert 0 < s["handoff"]["p10_us"] <= s["handoff"]["median_us"] <= s["handoff"]["p90_us"]
+    assert f"Waking a sleeping thread costs {s['handoff']['median_us']:.1f} us here" in s["scaling_cause"]
     for cc, parts in s["breakdown_sl"].items():
         assert abs(sum(parts.values()) - 1.0) < 0.01
     for app, confs in s["numa"].items():
