@@ -238,7 +238,19 @@ _current = [None, None]  # (number of registered functions, module) of the last 
 # everywhere loses GS's parallel per-pool builds and walks (and would serialize every
 # pool's walk on many cores); TP's gain comes from its batches being walked by one task,
 # which coordinator.ONE_TASK_HELD acts on.
-HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 2500, "gather_pool": 4000,
+# partition_ops and gather_pool keep it up to 20 000 operations (was 2500 and 4000, the
+# 20-us rule): at interval 500 their calls are 25-40 us, shorter than what one costs on
+# this VM -- a wake-up of a sleeping thread takes ~35 us here (experiments/handoff.py),
+# and the worker returning from a release waits that long for the GIL whenever the other
+# took it. Measured 2026-11-26 on 2 workers (interval 500, 200k events, median of 4,
+# alternating in one process, .scratch driver over operators.txn.run_once): releasing /
+# keeping both, events/s and voluntary context switches per batch: GS 626k (11.6) /
+# 690k (7.7) and 611k (11.5) / 697k (7.8); OB 571k (7.4) / 658k (5.8) and 573k (7.5) /
+# 642k (5.9); SL 935k / 947k and TP 2044k / 2065k (their batches take the one-task
+# path). Scaling every threshold by 3.5 instead also kept build_pool and process_pool
+# (OB 589k: its per-pool walks lost their overlap): the long kernels keep releasing.
+# From 20 000 operations (160 / 100 us) a call releases it again (larger intervals).
+HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 20_000, "gather_pool": 20_000,
               "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
               "cond_only_reads": 10000}
 
