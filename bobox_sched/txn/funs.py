@@ -238,19 +238,23 @@ _current = [None, None]  # (number of registered functions, module) of the last 
 # everywhere loses GS's parallel per-pool builds and walks (and would serialize every
 # pool's walk on many cores); TP's gain comes from its batches being walked by one task,
 # which coordinator.ONE_TASK_HELD acts on.
-# partition_ops and gather_pool keep it up to 20 000 operations (was 2500 and 4000, the
-# 20-us rule): at interval 500 their calls are 25-40 us, shorter than what one costs on
-# this VM -- a wake-up of a sleeping thread takes ~35 us here (experiments/handoff.py),
-# and the worker returning from a release waits that long for the GIL whenever the other
-# took it. Measured 2026-11-26 on 2 workers (interval 500, 200k events, median of 4,
-# alternating in one process, .scratch driver over operators.txn.run_once): releasing /
-# keeping both, events/s and voluntary context switches per batch: GS 626k (11.6) /
-# 690k (7.7) and 611k (11.5) / 697k (7.8); OB 571k (7.4) / 658k (5.8) and 573k (7.5) /
-# 642k (5.9); SL 935k / 947k and TP 2044k / 2065k (their batches take the one-task
-# path). Scaling every threshold by 3.5 instead also kept build_pool and process_pool
-# (OB 589k: its per-pool walks lost their overlap): the long kernels keep releasing.
-# From 20 000 operations (160 / 100 us) a call releases it again (larger intervals).
-HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 20_000, "gather_pool": 20_000,
+# partition_ops and gather_pool keep it below 8 000 / 12 000 operations (about 65 us of
+# their work; they were 2 500 / 4 000, the 20-us rule): a return from a release waits for
+# the GIL whenever the other worker took it meanwhile, and that wait is a thread wake-up,
+# ~35 us on this VM (experiments/handoff.py) -- more than these two kernels run at
+# interval 500 (25-40 us). Measured 2026-11-26 on 2 workers (200k events, median of 4,
+# the settings alternating in one process; .scratch driver over operators.txn.run_once),
+# 2 500 / 4 000 -> 8 000 / 12 000, events/s (voluntary context switches per batch):
+# interval 500: GS 593k (11.7) -> 658k (7.8), OB 525k (7.6) -> 598k (5.7); interval
+# 1000: GS 780k -> 798k, OB 680k -> 686k; interval 2000: GS 966k -> 973k; 1 worker (GS,
+# OB): 625k / 615k -> 630k / 612k. Keeping both up to 20 000 lost at interval 1000 (GS
+# 761k, OB 671k: 80-us calls held), and scaling every threshold by 3.5 also kept OB's
+# build_pool and process_pool calls (OB 589k vs 642k: its per-pool walks lost their
+# overlap): the long kernels keep releasing at their 20-us thresholds. A/B against the
+# previous commit (separate processes alternating, both orders; 2 workers, interval 500,
+# median of 3): TStream GS 590k / 578k -> 685k / 654k, OB 581k / 568k -> 636k / 616k;
+# LOCK, whose code this does not touch, 695k-756k on GS and 588k-615k on OB meanwhile.
+HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 8_000, "gather_pool": 12_000,
               "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
               "cond_only_reads": 10000}
 
