@@ -126,9 +126,9 @@ def test_a_batch_one_task_walks_keeps_the_gil(monkeypatch):
     seen = []
     real = coord.kernel_for
 
-    def spy(K, name, n):
+    def spy(K, name, n, workers=0):
         seen.append((name, n))
-        return real(K, name, n)
+        return real(K, name, n, workers)
 
     monkeypatch.setattr(coord, "kernel_for", spy)
     ev = make_events(1200, 3000, 0.0, 13)

@@ -16,7 +16,7 @@ from bobox_sched.packet import Packet
 from bobox_sched.txn import (GE, INC, EventBlotter, StateStore, StateTable, TransactionalOperator, TxnConfig,
                              register_cfun, register_fun)
 from bobox_sched.txn.atomics import atomic_add, atomic_cas, atomic_max, atomic_store, cpu_relax
-from bobox_sched.txn.funs import HOLD_BELOW, kernel_for, kernels
+from bobox_sched.txn.funs import FEW_WORKERS, HOLD_BELOW, HOLD_BELOW_FEW, kernel_for, kernels
 from bobox_sched.txn.oracle import record, reference_run, serial_run
 from bobox_sched.txn.ops import OpBuffer, Txn
 from bobox_sched.txn.progress import batch_punct_ts, deal
@@ -124,6 +124,17 @@ def test_small_kernel_calls_keep_the_gil():
         assert kernel_for(K, name, 0) is held and kernel_for(K, name, n - 1) is held
         assert kernel_for(K, name, n) is free
         assert free.targetoptions.get("nogil") is True and not held.targetoptions.get("nogil")
+    # with one or two workers (FEW_WORKERS), two kernels keep it longer; from three on,
+    # and with an unknown count, the general thresholds apply
+    assert HOLD_BELOW_FEW and all(HOLD_BELOW_FEW[k] > HOLD_BELOW[k] for k in HOLD_BELOW_FEW)
+    for name, n in HOLD_BELOW_FEW.items():
+        held, free = getattr(K, name + "_held"), getattr(K, name)
+        for w in range(1, FEW_WORKERS + 1):
+            assert kernel_for(K, name, n - 1, w) is held and kernel_for(K, name, n, w) is free
+        for w in (0, FEW_WORKERS + 1, 16):
+            assert kernel_for(K, name, HOLD_BELOW[name], w) is free
+            assert kernel_for(K, name, HOLD_BELOW[name] - 1, w) is held
+    assert kernel_for(K, "build_pool", HOLD_BELOW["build_pool"], 2) is K.build_pool  # only those two change
     txn_of = np.array([2, 0, 2, 1, 0], np.int64)
     outs = []
     for fn in (K.by_txn, K.by_txn_held):

@@ -173,6 +173,7 @@ class Group:
         request.future.add_done_callback(lambda _f, st=self.store: st.release(self))
         self.T = cfg.executors
         workers = list(scheduler.workers)
+        self.nworkers = len(workers)  # the GIL's sharers (funs.kernel_for)
         self.placement = make_placement(cfg.numa_mode, cfg.work_stealing, workers, self.store)
         place_store(self.placement, self.store)
         self.S = self.store.view()
@@ -398,7 +399,7 @@ class Group:
                 tmp_i = np.empty((max(n, 1), NF), np.int64)
                 tmp_f = np.empty(max(n, 1), np.float64)
                 k, span = 0, 1
-                gather = kernel_for(K, "gather_pool", self._work(n))
+                gather = kernel_for(K, "gather_pool", self._work(n), self.nworkers)
                 for pib, pfb, poff, sb, tb in parts:
                     k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
                 kernel_for(K, "build_pool", self._work(n))(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)

@@ -238,31 +238,40 @@ _current = [None, None]  # (number of registered functions, module) of the last 
 # everywhere loses GS's parallel per-pool builds and walks (and would serialize every
 # pool's walk on many cores); TP's gain comes from its batches being walked by one task,
 # which coordinator.ONE_TASK_HELD acts on.
-# partition_ops and gather_pool keep it below 8 000 / 12 000 operations (about 65 us of
-# their work; they were 2 500 / 4 000, the 20-us rule): a return from a release waits for
-# the GIL whenever the other worker took it meanwhile, and that wait is a thread wake-up,
-# ~35 us on this VM (experiments/handoff.py) -- more than these two kernels run at
-# interval 500 (25-40 us). Measured 2026-11-26 on 2 workers (200k events, median of 4,
-# the settings alternating in one process; .scratch driver over operators.txn.run_once),
-# 2 500 / 4 000 -> 8 000 / 12 000, events/s (voluntary context switches per batch):
-# interval 500: GS 593k (11.7) -> 658k (7.8), OB 525k (7.6) -> 598k (5.7); interval
-# 1000: GS 780k -> 798k, OB 680k -> 686k; interval 2000: GS 966k -> 973k; 1 worker (GS,
-# OB): 625k / 615k -> 630k / 612k. Keeping both up to 20 000 lost at interval 1000 (GS
-# 761k, OB 671k: 80-us calls held), and scaling every threshold by 3.5 also kept OB's
-# build_pool and process_pool calls (OB 589k vs 642k: its per-pool walks lost their
-# overlap): the long kernels keep releasing at their 20-us thresholds. A/B against the
-# previous commit (separate processes alternating, both orders; 2 workers, interval 500,
-# median of 3): TStream GS 590k / 578k -> 685k / 654k, OB 581k / 568k -> 636k / 616k;
-# LOCK, whose code this does not touch, 695k-756k on GS and 588k-615k on OB meanwhile.
-HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 8_000, "gather_pool": 12_000,
+# With at most FEW_WORKERS workers, partition_ops and gather_pool keep it below 8 000 /
+# 12 000 operations instead (HOLD_BELOW_FEW; about 65 us of their work). There a release
+# hands the GIL to the one other worker, and the return waits for it to come back: a
+# thread wake-up, ~35-42 us on this VM (experiments/handoff.py), more than these two
+# kernels run at interval 500 (25-40 us). Measured 2026-11-26 on 2 workers (200k events,
+# median of 4, the settings alternating in one process; .scratch driver over
+# operators.txn.run_once), 2 500 / 4 000 -> 8 000 / 12 000, events/s (voluntary context
+# switches per batch): interval 500: GS 593k (11.7) -> 658k (7.8), OB 525k (7.6) -> 598k
+# (5.7); interval 1000: GS 780k -> 798k, OB 680k -> 686k; interval 2000: GS 966k ->
+# 973k; 1 worker (GS, OB): 625k / 615k -> 630k / 612k. Keeping both up to 20 000 lost at
+# interval 1000 (GS 761k, OB 671k: 80-us calls held), and scaling every threshold by 3.5
+# also kept OB's build_pool and process_pool calls (OB 589k vs 642k: its per-pool walks
+# lost their overlap): the long kernels keep releasing at their 20-us thresholds. A/B
+# against the previous commit (separate processes alternating, both orders; 2 workers,
+# interval 500, median of 3): TStream GS 590k / 578k -> 685k / 654k, OB 581k / 568k ->
+# 636k / 616k; LOCK, whose code this does not touch, 695k-756k on GS and 588k-615k on OB
+# meanwhile. With more workers the GIL itself is the bottleneck (TStream's serial
+# fraction is ~0.6 at 1 worker: `bobox experiment tstream`'s "why" paragraph), so a kernel
+# that keeps it serializes everyone's Python behind it: there the 20-us rule stays, until
+# a run on many cores says otherwise (sweep both tables there).
+HOLD_BELOW = {"build_pool": 600, "process_pool": 1000, "partition_ops": 2500, "gather_pool": 4000,
               "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
               "cond_only_reads": 10000}
+HOLD_BELOW_FEW = {"partition_ops": 8_000, "gather_pool": 12_000}
+FEW_WORKERS = 2
 
 
-def kernel_for(K, name: str, n: int):
-    """Kernel `name` of module `K` for a call on `n` items: the GIL-releasing one from
-    ``HOLD_BELOW[name]`` items on, its ``_held`` twin below."""
-    return getattr(K, name) if n >= HOLD_BELOW[name] else getattr(K, name + "_held")
+def kernel_for(K, name: str, n: int, workers: int = 0):
+    """Kernel `name` of module `K` for a call on `n` items by a group running on
+    `workers` worker threads (0: unknown): the GIL-releasing one from ``HOLD_BELOW[name]``
+    items on (``HOLD_BELOW_FEW[name]`` with 1 to FEW_WORKERS workers), its ``_held`` twin
+    below."""
+    lim = HOLD_BELOW_FEW.get(name) if 0 < workers <= FEW_WORKERS else None
+    return getattr(K, name) if n >= (lim or HOLD_BELOW[name]) else getattr(K, name + "_held")
 
 
 def kernels():
@@ -303,5 +312,6 @@ def kernels():
         return mod
 
 
-__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "Fun", "GE", "GT", "HOLD_BELOW", "INC", "LE", "LT",
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "FEW_WORKERS", "Fun", "GE", "GT", "HOLD_BELOW",
+           "HOLD_BELOW_FEW", "INC", "LE", "LT",
            "NE", "SET", "SET_INSERT", "fun_by_name", "kernel_for", "kernels", "register_cfun", "register_fun"]
