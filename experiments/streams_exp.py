@@ -467,7 +467,7 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         notes.append(f"This machine has {ncpu} CPUs: elastic runs use `max_level={cfg['max_level']}` (2 x CPUs, "
                      "oversubscribed), a deviation from the paper's `max = CPUs` (spec section 4).")
     if out.get("handoff"):
-        notes.append(describe(out["handoff"]) + f" Dynamic hands each tuple to a queue that another thread may drain; "
+        notes.append(describe(out["handoff"]) + " Dynamic hands each tuple to a queue that another thread may drain; "
                      "manual calls the next operator directly.")
     loads = [x for sh in out["loadavg"].values() for d in sh.values() for x in d.values()]
     if loads:
