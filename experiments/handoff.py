@@ -19,10 +19,10 @@ meanwhile; the measuring thread and the partner are left unpinned, like the call
 
 Measured on the 2-vCPU KVM machine of CI (2026-11-26, ``python -c "from
 experiments.handoff import wake_us; print(wake_us())"``, three runs): medians 32-41 us
-(p10 27-36, p90 47-49) per wake-up, against a raw cache-line round trip of 0.13 us between the same two vCPUs
-(two nogil spinners, no sleep). A thread that spins in a nogil kernel instead of
-sleeping does not avoid it: coming back, it waits for the GIL like any other (alternating
-nogil calls of two threads: 20-25 us per take).
+(p10 27-36, p90 47-49) per wake-up, against a raw cache-line round trip of 0.13 us
+between the same two vCPUs (two nogil spinners, no sleep). A thread that spins in a
+nogil kernel instead of sleeping does not avoid it: coming back, it waits for the GIL
+like any other (alternating nogil calls of two threads: 20-25 us per take).
 """
 
 from __future__ import annotations

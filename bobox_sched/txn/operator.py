@@ -176,8 +176,8 @@ class TransactionalOperator(Operator):
         st.pfb = np.empty(max(buf.n, 1), np.float64)
         st.poff = np.zeros(g.P + 1, np.int64)
         if buf.n:
-            kernel_for(st.K, "partition_ops", buf.n, g.nworkers)(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb,
-                                                     st.poff)
+            part = kernel_for(st.K, "partition_ops", buf.n, g.nworkers)
+            part(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
         # may the batch's chains be walked as soon as they are built (coordinator step 3)?
         st.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
             kernel_for(st.K, "pool_local", buf.n)(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
