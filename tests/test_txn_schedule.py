@@ -502,6 +502,51 @@ def test_punctuation_orders_batches(monkeypatch):
             assert max(posts) < log.index(("start", k + 1))  # k+1's state access after k's post
 
 
+@pytest.mark.parametrize("controller", [False, True])
+def test_next_batch_is_dealt_after_every_post(monkeypatch, controller):
+    # The dealer's gate opens for batch k+1 only once every instance post-processed
+    # batch k (Group.gate_on_posts): under the GIL, dealing and computing k+1 beside
+    # the posts of k only made those posts wait. Executor 0's posts are slowed down
+    # (a sleep: the GIL is free meanwhile), so that a gate opening at barrier 2 lets the
+    # other worker deal the next batch before they end.
+    import time
+
+    from bobox_sched.txn import progress
+    from bobox_sched.txn.operator import TransactionalOperator as TO
+
+    log = []
+    orig_post, orig_posted, orig_gated = TO._post_dual, coord.Group.posted, progress._Dealer._gated
+
+    def post(self, ctx, st_):
+        if self.executor == 0:
+            time.sleep(0.002)
+        orig_post(self, ctx, st_)
+
+    def posted(self, batch):
+        log.append(("post", batch))  # before the gate may open
+        orig_posted(self, batch)
+
+    def gated(self, ctx, batch):
+        ok = orig_gated(self, ctx, batch)
+        if ok:
+            log.append(("deal", batch))
+        return ok
+
+    monkeypatch.setattr(TO, "_post_dual", post)
+    monkeypatch.setattr(coord.Group, "posted", posted)
+    monkeypatch.setattr(progress._Dealer, "_gated", gated)
+    store = make_store(30, False, 2)
+    ev = make_events(600, 30, 0.8, 2)
+    T = 3
+    _check(store, ev, TxnConfig(store, T, interval=20), controller=controller, packet_rows=7)
+    batches = max(e[1] for e in log if e[0] == "deal") + 1
+    assert batches == 10
+    for k in range(batches - 1):
+        posts = [i for i, e in enumerate(log) if e == ("post", k)]
+        assert len(posts) == T
+        assert max(posts) < min(i for i, e in enumerate(log) if e == ("deal", k + 1)), f"batch {k + 1} dealt early"
+
+
 class _Feed(Source):
     """Sends given items (dict -> packet with a ts column, or a punctuation) in order."""
 

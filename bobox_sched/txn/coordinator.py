@@ -41,7 +41,8 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
 6. **Barrier 2 and garbage collection.** The last task to finish frees the batch's
    versions (``finish_batch``), publishes the results, and schedules every instance.
 7. **Post-processing.** Each instance, on its own thread, runs ``post_process`` on its
-   stashed blotters (now holding the results), then resumes taking input.
+   stashed blotters (now holding the results), then resumes taking input. The last
+   one to finish opens the dealer's gate for the next batch (``posted``, ``gate``).
 
 Protocol (who touches what, when):
 
@@ -49,8 +50,13 @@ Protocol (who touches what, when):
   from its arrival until its post-processing the batch's tasks read its partitioned
   operations (it runs no compute meanwhile: ``waiting``).
 * ``Group._lock`` guards ``arrived``, ``eos``, ``phase``, ``batch``, ``done_batch``,
-  ``outstanding`` and the round's tallies. It is taken once per instance per batch
-  (arrival) and once per task per round -- never per packet or per operation.
+  ``open_batch``, ``_posts``, ``gate_waiters``, ``outstanding`` and the round's
+  tallies. It is taken twice per instance per batch (arrival, end of its
+  post-processing) and once per task per round -- never per packet or per operation.
+  ``done_batch`` and ``open_batch`` are also read without it (one attribute read,
+  atomic under the GIL; a free-threaded build would need an acquire load): a stale
+  value only sends the reader to the locked path (``gate``) or to wait for the
+  schedule that ``_finish`` does after writing it (an instance at barrier 2).
 * The batch arrays (``B``) are written in round 0 by the pool tasks in disjoint ranges,
   and in rounds by the task that walks a chain; a round ends only when its last task
   took ``_lock``, and the next round's tasks are pushed after that (lock release, then
@@ -91,15 +97,17 @@ from .funs import kernel_for, kernels
 from .placement import make_placement, place_store
 
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
-# Batches a dealer may have out beyond the last finished one: only the batch being
-# computed or in state access -- no new input enters while a batch is in state access
-# ("e6 and e7 wait", paper Fig. 3a). One more batch of slack (2, the setting until
-# 2026-11-26) let the dealer's Python run during state access, where it delayed the
-# pool tasks (each waits for the GIL) and made every event wait for the batch before
-# its own. Measured on 2 workers, 200k events, median of 4, 1 vs 2: throughput GS 596k
-# vs 576k, SL 682k vs 677k, OB 535k vs 526k, TP 1618k vs 1522k; p99 latency GS 1.96 vs
-# 4.24 ms, SL 1.63 vs 3.83, OB 2.06 vs 4.56, TP 0.75 vs 1.72 (an uncommitted driver
-# over operators.txn.run_once, both settings alternating in one process).
+# Batches a dealer may have out beyond the last finished one (post-processed by every
+# instance: ``Group.gate_on_posts``): only the batch being computed, in state access or
+# post-processed -- no new input enters while a batch is in state access ("e6 and e7
+# wait", paper Fig. 3a), nor before its events were post-processed (spec 2, step 8).
+# One more batch of slack (2, the setting until 2026-11-26) let the dealer's Python run
+# during state access, where it delayed the pool tasks (each waits for the GIL) and made
+# every event wait for the batch before its own. Measured on 2 workers, 200k events,
+# median of 4, 1 vs 2: throughput GS 596k vs 576k, SL 682k vs 677k, OB 535k vs 526k, TP
+# 1618k vs 1522k; p99 latency GS 1.96 vs 4.24 ms, SL 1.63 vs 3.83, OB 2.06 vs 4.56, TP
+# 0.75 vs 1.72 (an uncommitted driver over operators.txn.run_once, both settings
+# alternating in one process).
 LOOKAHEAD = 1
 # A batch walked by one task keeps the GIL in its kernels up to this many operations:
 # nothing runs beside that task, and a release hands the GIL to whichever thread polls
@@ -159,6 +167,18 @@ class Group:
     # option (shared-everything) beat per-worker pools on TP at 16k operations a batch
     # and lost on GS at 80k (fig. 14): the crossover may lie higher with more workers.
     single_task_ops = 5000
+    # The dealer's gate (``gate``, step 7) opens for batch b+1 once every instance has
+    # post-processed batch b, not already at barrier 2: dealing and computing b+1 is
+    # Python, and so are the posts of b, so under the GIL running them side by side
+    # only stretched the posts -- by ~1 ms for the ~1% of batches where the other
+    # worker took the GIL first (traced on 2 workers: one instance's post 866 us
+    # instead of ~100) -- and that 1% is the p99. Measured on 2 workers (2026-11-26,
+    # 200k events, the two settings alternating in one process, median of 8): GS at
+    # interval 500 p99 2.52 -> 1.69 ms (p50 1.28 -> 1.26) and 699k -> 718k events/s; at
+    # interval 1000 p99 3.15 -> 2.66 ms, 838k -> 847k. Median of 4: OB 1.58 -> 1.58 ms,
+    # SL 1.17 -> 1.20, TP 0.72 -> 0.64, throughput within 2.5 %; 1 worker GS 0.89 ->
+    # 0.88 ms. (A class switch, so that a measurement can compare both.)
+    gate_on_posts = True
 
     def __init__(self, cfg, request, scheduler):
         if not request.policy.runtime_tasks:
@@ -188,6 +208,8 @@ class Group:
         self.eos: set = set()
         self.batch = 0
         self.done_batch = -1
+        self.open_batch = -1  # the last batch every instance post-processed (gate_on_posts)
+        self._posts = (-1, 0)  # (batch, instances still to post-process it)
         self.phase = COMPUTE
         self.final = False
         self.punct_ts = None
@@ -259,12 +281,15 @@ class Group:
 
     def gate(self, batch: int, op) -> bool:
         """May events of `batch` be dealt now? At most ``LOOKAHEAD`` batches are out
-        beyond the last finished one; otherwise `op` (the dealer) is scheduled again
-        when a batch finishes."""
-        if batch <= self.done_batch + LOOKAHEAD:
+        beyond the last finished one (finished: post-processed by every instance, with
+        ``gate_on_posts``; else past barrier 2); otherwise `op` (the dealer) is
+        scheduled again when that batch finishes."""
+        last = self.open_batch if self.gate_on_posts else self.done_batch
+        if batch <= last + LOOKAHEAD:
             return True
         with self._lock:
-            if batch <= self.done_batch + LOOKAHEAD:
+            last = self.open_batch if self.gate_on_posts else self.done_batch
+            if batch <= last + LOOKAHEAD:
                 return True
             if op not in self.gate_waiters:
                 self.gate_waiters.append(op)
@@ -493,22 +518,47 @@ class Group:
         # Each instance still in this batch gets its results (an instance that reached its
         # end in an earlier batch may not have post-processed that one yet: keyed by batch).
         b = self.batch
+        posts = 0
         for inst in self.insts:
             if inst.batch == b and not inst.done:
                 inst.results[b] = self.results
+                posts += 1
         with self._lock:
             self.done_batch = self.batch
             self.batch += 1
             self.arrived = set(self.eos)
             self.punct_ts = None
             self.phase = COMPUTE
-            waiters, self.gate_waiters = self.gate_waiters, []
+            if self.gate_on_posts and posts:
+                self._posts = (b, posts)  # the last post opens the gate (``posted``)
+                waiters = []
+            else:
+                self.open_batch = b
+                waiters, self.gate_waiters = self.gate_waiters, []
         t1 = time.perf_counter()
         st["coord_s"] += t1 - t0
         # wall time of state-access mode, last arrival to barrier 2: no instance computes
         st["state_access_s"] += t1 - self._t_batch
         for inst in self.insts:
             schedule(inst.op, None, False)
+        for op in waiters:
+            schedule(op, None, False)
+
+    def posted(self, batch: int) -> None:
+        """An instance post-processed `batch` (its thread, after its last output): the
+        last of the instances ``_finish`` counted opens the dealer's gate."""
+        if not self.gate_on_posts:
+            return
+        with self._lock:
+            b, left = self._posts
+            if b != batch:
+                return  # not counted: an instance that ended in an earlier batch
+            left -= 1
+            self._posts = (b, left)
+            if left:
+                return
+            self.open_batch = batch
+            waiters, self.gate_waiters = self.gate_waiters, []
         for op in waiters:
             schedule(op, None, False)
 

@@ -197,6 +197,7 @@ class TransactionalOperator(Operator):
         st.pib = st.pfb = None
         st.waiting = False
         st.batch += 1
+        st.group.posted(st.batch - 1)
 
     # coarse-grained (the baselines) --------------------------------------------------------
     def _run_coarse(self, ctx, st) -> None:
