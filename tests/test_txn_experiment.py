@@ -46,6 +46,7 @@ def test_outputs_and_json(quick):
             assert list(by_t) == threads and all(v > 0 for v in by_t.values())
         assert s["tstream_vs_best_baseline"][app] > 0
         assert "500" in s["p99_latency_ms"][app] and s["p99_latency_ms"][app]["500"] > 0
+        assert 0 < s["p50_latency_ms"][app]["500"] <= s["p99_latency_ms"][app]["500"]
         # the measured cause of the scaling: serial fraction from timed kernels, phases, Parser alone
         sc = s["scaling"][app]
         assert list(sc["parser_alone"]) == threads and all(v > 0 for v in sc["parser_alone"].values())
@@ -54,6 +55,8 @@ def test_outputs_and_json(quick):
             assert 1 <= sc[cc]["amdahl_cap"] <= len(threads) and sc[cc]["speedup"] > 0
         assert all(0 < v < 1 for v in sc["tstream"]["state_access_share"].values())
     assert "serial fraction" in s["scaling_cause"] and "Why TStream does not scale here (measured" in report
+    # the GS latency goal's line says what bounds it, from the run's own throughput
+    assert f"a batch is {threads[-1]} x 500 = {int(threads[-1]) * 500} events, one every " in report
     # the machine's hand-off cost, measured before the runs, ends the "why" paragraph
     assert 0 < s["handoff"]["p10_us"] <= s["handoff"]["median_us"] <= s["handoff"]["p90_us"]
     assert f"Waking a sleeping thread costs {s['handoff']['median_us']:.1f} us here" in s["scaling_cause"]
