@@ -8,20 +8,21 @@ Writes ``DIR/tstream.csv`` (every measurement, long format as the locality
 experiments), ``DIR/tstream-fig{8,9,10,11,12,14}.png`` and a ``tstream`` section of
 ``DIR/report.md``; ``--json`` prints the summary.
 
-How a point is measured: a fresh store, the app's event table (seeded), one request of
-a Parser (the progress controller over the table) -> T instances -> a Sink. Throughput
-is events over the request's wall time; latency is per event, from the Parser dealing
-it to the Sink receiving its result (p99; p50 too in the JSON, ``p50_latency_ms``). A
-point runs at most ``--events`` events (default 200k, 20k with ``--quick``) and stops
-earlier -- at a batch boundary, so the events done are a prefix of the stream -- once a
-time budget passed (3 s, 1 s with ``--quick``): slow points (small intervals, a baseline on a busy machine) cost bounded
-time; the CSV says how many events each run did. Every run of a correct scheme is
-checked against the serial timestamp-order oracle on the same prefix (final state and
-every output); No-Lock's runs are checked too and expected to differ. Each point is
-measured ``--repeat`` times (5, 1 with ``--quick``) with the schemes interleaved within
-a repeat (so a change of the machine's load hits all of them), median reported. The
-host's load average is recorded: spinning baselines need their partner executor to be
-running, so on an oversubscribed host they lose far more than TStream does.
+How a point is measured: a fresh store, the app's event table (seeded), one request of a
+Parser (the progress controller over the table) -> T instances -> a Sink. Throughput is
+events over the request's wall time; latency is per event, from the Parser dealing it to
+the Sink receiving its result (p99; p50 too in the JSON, ``p50_latency_ms``). A point
+runs at most ``--events`` events (default 200k, 20k with ``--quick``) and stops earlier
+-- at a batch boundary, so the events done are a prefix of the stream -- once a time
+budget passed (3 s, 1 s with ``--quick``): slow points (small intervals, a baseline on a
+busy machine) cost bounded time; the CSV says how many events each run did. Every run of
+a correct scheme is checked against the serial timestamp-order oracle on the same prefix
+(final state and every output); No-Lock's runs are checked too and expected to differ.
+Each point is measured ``--repeat`` times (5, 1 with ``--quick``) with the schemes
+interleaved within a repeat (so a change of the machine's load hits all of them), median
+reported. The host's load average is recorded: spinning baselines need their partner
+executor to be running, so on an oversubscribed host they lose far more than TStream
+does.
 
 Why the Fig. 8 trend is what it is, measured (``_scaling``; JSON ``scaling`` and
 ``scaling_cause``, the report's "Why" paragraph): TStream and LOCK at 1 and the most
