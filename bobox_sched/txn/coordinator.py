@@ -208,7 +208,9 @@ class Group:
         self.eos: set = set()
         self.batch = 0
         self.done_batch = -1
-        self.open_batch = -1  # the last batch every instance post-processed (gate_on_posts)
+        # the last batch the dealer's gate counts as finished: every instance post-processed
+        # it (gate_on_posts), or else it passed barrier 2 (then always == done_batch)
+        self.open_batch = -1
         self._posts = (-1, 0)  # (batch, instances still to post-process it)
         self.phase = COMPUTE
         self.final = False
@@ -284,12 +286,10 @@ class Group:
         beyond the last finished one (finished: post-processed by every instance, with
         ``gate_on_posts``; else past barrier 2); otherwise `op` (the dealer) is
         scheduled again when that batch finishes."""
-        last = self.open_batch if self.gate_on_posts else self.done_batch
-        if batch <= last + LOOKAHEAD:
+        if batch <= self.open_batch + LOOKAHEAD:
             return True
         with self._lock:
-            last = self.open_batch if self.gate_on_posts else self.done_batch
-            if batch <= last + LOOKAHEAD:
+            if batch <= self.open_batch + LOOKAHEAD:
                 return True
             if op not in self.gate_waiters:
                 self.gate_waiters.append(op)
