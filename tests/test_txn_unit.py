@@ -22,7 +22,7 @@ from bobox_sched.txn.ops import OpBuffer, Txn
 from bobox_sched.txn.progress import batch_punct_ts, deal
 from topology.memory import live_nodes, numa_available
 
-from txn_workload import RandomOp, make_events, make_store
+from txn_workload import RandomOp, make_events, make_store, run_oracle, run_scheduled, same
 
 
 # -- atomics ---------------------------------------------------------------------------
@@ -425,3 +425,45 @@ def test_two_d_keys_checks():
     assert txn._buf.n == 12 and txn._seq == 4 and eb.slots["x"] == (0, 2)
     txn.read(a, k2[:, :1], into="one")  # (3, 1) keys: a (3, 1) column
     assert eb.slots["one"] == (6, 1) and txn._seq == 5
+
+
+@pytest.mark.parametrize("cc,mode,executors", [("tstream", "shared-nothing", 3), ("tstream", "shared-everything", 2),
+                                               ("tstream", "shared-per-socket", 4), ("lock", "shared-nothing", 3),
+                                               ("mvlk", "shared-nothing", 2), ("pat", "shared-nothing", 2)])
+def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode, executors):
+    """funs.EntryCache calls a kernel's compiled entry point without checking types: every
+    call site that uses it must pass the types of its first call, always. Checked here on
+    random workloads (constraints and aborts, cross-record sources, several batches and
+    pools), whose results must also equal the serial oracle's."""
+    from numba import typeof
+    from numba.core.dispatcher import Dispatcher
+
+    from bobox_sched.txn import funs
+    from bobox_sched.txn.baselines import pat_sequence
+
+    first: dict = {}
+    calls = {"fast": 0}
+    orig = funs.EntryCache.call
+
+    def checked(self, d, *args):
+        if isinstance(d, Dispatcher):
+            sig = tuple(typeof(a) for a in args)
+            assert first.setdefault(d.py_func.__name__ + str(id(self)), sig) == sig, d.py_func.__name__
+            calls["fast"] += d in self._ep and self._ep[d] is not d
+        return orig(self, d, *args)
+
+    monkeypatch.setattr(funs.EntryCache, "call", checked)
+    store = make_store(60, constrained=True, seed=3)
+    ev = make_events(600, 60, 0.8, seed=5)
+    kw = {}
+    if cc == "pat":
+        n = len(next(iter(ev.values())))
+        cols = dict(ev, ts=np.arange(n, dtype=np.int64))
+        kw["pat_seq"] = pat_sequence(record(RandomOp(TxnConfig(make_store(60, True, 3), 1), 0), [Packet(cols)]),
+                                     make_store(60, True, 3), 2)
+    cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, **kw)
+    dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
+    want_dense, want_out = run_oracle(make_store(60, constrained=True, seed=3), ev)
+    assert np.array_equal(dense, want_dense)
+    assert same(out, want_out) is None
+    assert calls["fast"] > 0  # the entry points were used, not only the dispatcher

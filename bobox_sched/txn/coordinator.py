@@ -93,7 +93,7 @@ from ..operator import Operator
 from ..task import claim, schedule
 from ..worker import current_worker
 from .chains import NF, new_batch
-from .funs import kernel_for, kernels
+from .funs import EntryCache, kernel_for, kernels
 from .placement import make_placement, place_store
 
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
@@ -224,6 +224,9 @@ class Group:
         # every pool's records on one node: a small batch may run in one task (step 3)
         self._one_node = len(set(self.placement.seg_pool_nodes)) <= 1
         self.results = None
+        # build_pool, process_pool and finish_batch take the batch arrays and the store view,
+        # whose types never change in a group: called past numba's dispatcher (funs.EntryCache)
+        self.kcall = EntryCache().call
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []
         for p, targets in enumerate(self.placement.tasks):
@@ -427,21 +430,22 @@ class Group:
                 gather = kernel_for(K, "gather_pool", self._work(n), self.nworkers)
                 for pib, pfb, poff, sb, tb in parts:
                     k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
-                kernel_for(K, "build_pool", self._work(n))(p, tmp_i, tmp_f, span, ts0, B, S, self.store.has_constraints)
+                self.kcall(kernel_for(K, "build_pool", self._work(n)), p, tmp_i, tmp_f, span, ts0, B, S,
+                           self.store.has_constraints)
             key = "build_s"
             if self.fused:  # round 1 right away (step 3 of the module doc)
                 t1 = time.perf_counter()
                 sc, sl, out = task.scratch
-                done, pending = kernel_for(K, "process_pool", self._walk_ops(task))(-1 if single else task.pool, 1, 0,
-                                                                                    B, S, sc, sl, out)
+                done, pending = self.kcall(kernel_for(K, "process_pool", self._walk_ops(task)),
+                                           -1 if single else task.pool, 1, 0, B, S, sc, sl, out)
                 tp = time.perf_counter() - t1
                 t0 += tp
         else:
             sc, sl, out = task.scratch
             # a stealer's claim stamp (kernels_template.process_pool); 0: the pool's only task
             me = (task.round << K.CLAIM_BITS) | (task.k + 1) if len(self.placement.tasks[task.pool]) > 1 else 0
-            done, pending = kernel_for(K, "process_pool", self._walk_ops(task))(
-                -1 if single else task.pool, task.round & 1, 0 if single else me, B, S, sc, sl, out)
+            done, pending = self.kcall(kernel_for(K, "process_pool", self._walk_ops(task)), -1 if single else task.pool,
+                                       task.round & 1, 0 if single else me, B, S, sc, sl, out)
             key = "process_s"
         dt = time.perf_counter() - t0
         if done:  # one task for every pool only where all lie on one node: the same locality
@@ -504,7 +508,7 @@ class Group:
         t0 = time.perf_counter()
         st = self.stats
         if self.B is not None and self.NOPS:
-            versions = int(kernel_for(self.K, "finish_batch", self.NOPS)(self.B, self.P, self.NOPS))
+            versions = int(self.kcall(kernel_for(self.K, "finish_batch", self.NOPS), self.B, self.P, self.NOPS))
             self.live_versions = versions  # held until now ...
             st["versions_peak"] = max(st["versions_peak"], versions)
             st["versions_total"] += versions

@@ -274,6 +274,63 @@ def kernel_for(K, name: str, n: int, workers: int = 0):
     return getattr(K, name) if n >= (lim or HOLD_BELOW[name]) else getattr(K, name + "_held")
 
 
+# numba's dispatcher types every argument of every call before it finds the compiled
+# code: for a kernel that takes a batch's arrays (``chains.BatchArrays``, 20 arrays) and
+# the store view, that typing runs in Python, with the GIL held, and took 6-10 us a call
+# here (build_pool 10.5 us through the dispatcher against 2.2 us through the compiled
+# entry point; finish_batch 6.0 against 1.0; measured 2026-11-26 on the 2-core VM, a
+# captured GS batch, 5 000 calls each). ``EntryCache`` pays it once per call site.
+# Measured the same day, GS, 200k events: with *every* kernel called through its entry
+# point (a driver wrapping the kernel module; median of 12, both settings alternating in
+# one process) TStream went 877k -> 906k events/s on 1 worker and 1000k -> 1036k on 2,
+# LOCK 1087k -> 1105k and 1308k -> 1328k. The call sites that use it (build_pool,
+# process_pool, finish_batch, run_baseline) against the previous commit, 2 workers,
+# separate processes alternating, median of 6 each, three rounds: TStream 912k / 855k /
+# 992k -> 980k / 978k / 989k, LOCK 1216k / 1225k / 1339k -> 1243k / 1265k / 1251k.
+
+
+def entry_point(d, args):
+    """The compiled entry point that numba dispatcher `d` runs for `args` (after a call
+    with those arguments, so that it is compiled), or `d` itself when `d` is not a
+    dispatcher (a wrapper: ``TxnConfig.kernel_wrap``) or has no such overload."""
+    from numba.core.dispatcher import Dispatcher
+
+    if not isinstance(d, Dispatcher):
+        return d
+    cres = d.overloads.get(tuple(d.typeof_pyval(a) for a in args))
+    return cres.entry_point if cres is not None else d
+
+
+class EntryCache:
+    """Kernel calls that skip the dispatcher's typing after the first call (comment
+    above): ``cache.call(kernel, *args)``.
+
+    Contract: use one cache only for call sites whose arguments have the same numba
+    types at every call -- arrays of one dtype, dimension count and layout, the same
+    named tuple types, integers as integers. The entry point converts its arguments to
+    the types of the first call and checks nothing more, so a call with other types
+    would read memory wrongly. The coordinator's batch arrays (``chains.new_batch``),
+    its store view and the baselines' arrays are built that way; tests check it
+    (``tests/test_txn_unit.py``, every call's types against the first call's).
+
+    Protocol: any thread may call; ``_ep`` maps a dispatcher to its entry point. A dict
+    lookup and a store are atomic under the GIL (internally locked in a free-threaded
+    build), and two threads that race on a first call store the same entry point."""
+
+    __slots__ = ("_ep",)
+
+    def __init__(self):
+        self._ep: dict = {}
+
+    def call(self, d, *args):
+        e = self._ep.get(d)
+        if e is not None:
+            return e(*args)
+        r = d(*args)
+        self._ep[d] = entry_point(d, args)
+        return r
+
+
 def kernels():
     """The kernel module for the Funs and CFuns registered now (compiled once per set of
     functions per machine; see the module doc)."""
@@ -312,6 +369,6 @@ def kernels():
         return mod
 
 
-__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "FEW_WORKERS", "Fun", "GE", "GT", "HOLD_BELOW",
-           "HOLD_BELOW_FEW", "INC", "LE", "LT",
-           "NE", "SET", "SET_INSERT", "fun_by_name", "kernel_for", "kernels", "register_cfun", "register_fun"]
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "EntryCache", "FEW_WORKERS", "Fun", "GE", "GT",
+           "HOLD_BELOW", "HOLD_BELOW_FEW", "INC", "LE", "LT", "NE", "SET", "SET_INSERT", "entry_point", "fun_by_name",
+           "kernel_for", "kernels", "register_cfun", "register_fun"]
