@@ -16,7 +16,9 @@ What the figure includes, so it is read right:
 
 * the numba dispatcher's own work (typing and unboxing the arguments, a few microseconds
   per call, under the GIL) is inside the wrapper, so it counts as released: a small
-  underestimate of the serial part, bounded by calls x dispatch cost;
+  underestimate of the serial part, bounded by calls x dispatch cost (the transactional
+  kernels that ``bobox_sched.txn.funs.EntryCache`` calls skip the typing: it re-wraps
+  their compiled entry points, ``rewrap``, and only the unboxing stays inside);
 * the wait to take the GIL back when a kernel returns is inside the wrapper too (counted
   as released), but a thread that lost the GIL to the interpreter's switch interval
   while in Python code waits outside any wrapper (counted as serial). With one worker
@@ -83,6 +85,7 @@ def timed(fn):
         return out
 
     call.__wrapped__ = fn
+    call.rewrap = timed  # how to time another function the same way (bobox_sched.txn.funs.entry_point)
     return call
 
 

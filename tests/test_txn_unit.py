@@ -427,14 +427,17 @@ def test_two_d_keys_checks():
     assert eb.slots["one"] == (6, 1) and txn._seq == 5
 
 
-@pytest.mark.parametrize("cc,mode,executors", [("tstream", "shared-nothing", 3), ("tstream", "shared-everything", 2),
-                                               ("tstream", "shared-per-socket", 4), ("lock", "shared-nothing", 3),
-                                               ("mvlk", "shared-nothing", 2), ("pat", "shared-nothing", 2)])
-def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode, executors):
+@pytest.mark.parametrize("cc,mode,executors,release", [
+    ("tstream", "shared-nothing", 3, False), ("tstream", "shared-nothing", 3, True),
+    ("tstream", "shared-everything", 2, False), ("tstream", "shared-per-socket", 4, False),
+    ("lock", "shared-nothing", 3, False), ("lock", "shared-nothing", 3, True), ("mvlk", "shared-nothing", 2, False),
+    ("pat", "shared-nothing", 2, False)])
+def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode, executors, release):
     """funs.EntryCache calls a kernel's compiled entry point without checking types: every
     call site that uses it must pass the types of its first call, always. Checked here on
     random workloads (constraints and aborts, cross-record sources, several batches and
-    pools), whose results must also equal the serial oracle's."""
+    pools), whose results must also equal the serial oracle's; with `release`, every call
+    takes the GIL-releasing twin of its kernel (the small batches here take the held ones)."""
     from numba import typeof
     from numba.core.dispatcher import Dispatcher
 
@@ -453,6 +456,9 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
         return orig(self, d, *args)
 
     monkeypatch.setattr(funs.EntryCache, "call", checked)
+    if release:
+        monkeypatch.setattr(funs, "HOLD_BELOW", {k: 0 for k in funs.HOLD_BELOW})
+        monkeypatch.setattr(funs, "HOLD_BELOW_FEW", {k: 0 for k in funs.HOLD_BELOW_FEW})
     store = make_store(60, constrained=True, seed=3)
     ev = make_events(600, 60, 0.8, seed=5)
     kw = {}
@@ -467,3 +473,39 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
     assert np.array_equal(dense, want_dense)
     assert same(out, want_out) is None
     assert calls["fast"] > 0  # the entry points were used, not only the dispatcher
+
+
+def test_entry_cache_keeps_a_timing_wrapper_around_the_entry_point():
+    """With the kernels wrapped for the serial fraction (operators.released), the cache
+    keeps the timing: it wraps the compiled entry point the same way (so the timed calls
+    skip the dispatcher too), and the run equals the oracle."""
+    from numba.core.dispatcher import Dispatcher
+
+    from bobox_sched.txn import funs
+    from operators import released
+
+    seen = []
+    orig = funs.EntryCache.call
+
+    def spy(self, d, *args):
+        out = orig(self, d, *args)
+        seen.append((d, self._ep.get(d)))
+        return out
+
+    store = make_store(60, constrained=True, seed=3)
+    ev = make_events(400, 60, 0.8, seed=5)
+    cfg = TxnConfig(store, 2, interval=40, kernel_wrap=released.timed_namespace)
+    was = released.enable(True)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(funs.EntryCache, "call", spy)
+            dense, out, _, grp = run_scheduled(store, ev, cfg, threads=2)
+    finally:
+        released.enable(was)
+    want_dense, want_out = run_oracle(make_store(60, constrained=True, seed=3), ev)
+    assert np.array_equal(dense, want_dense) and same(out, want_out) is None
+    wrapped = [(d, e) for d, e in seen if isinstance(getattr(d, "__wrapped__", None), Dispatcher)]
+    assert wrapped, "the timed kernels went through the cache"
+    for d, e in wrapped:
+        assert e is not d and e.rewrap is released.timed  # a timed wrapper ...
+        assert not isinstance(e.__wrapped__, Dispatcher)  # ... around the entry point

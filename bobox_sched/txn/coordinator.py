@@ -224,8 +224,9 @@ class Group:
         # every pool's records on one node: a small batch may run in one task (step 3)
         self._one_node = len(set(self.placement.seg_pool_nodes)) <= 1
         self.results = None
-        # build_pool, process_pool and finish_batch take the batch arrays and the store view,
-        # whose types never change in a group: called past numba's dispatcher (funs.EntryCache)
+        # The kernels that take the batch arrays and the store view (build_pool, process_pool,
+        # finish_batch, min_violation, abort_restore), whose types never change in a group:
+        # called past numba's dispatcher (funs.EntryCache)
         self.kcall = EntryCache().call
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []
@@ -488,10 +489,11 @@ class Group:
             self._next_round(t0)
             return
         if self.store.has_constraints:
-            t_ab, x_ab = K.min_violation(self.B, self.NOPS)
+            t_ab, x_ab = self.kcall(K.min_violation, self.B, self.NOPS)
             if x_ab >= 0:
                 self.stats["aborts"] += 1
-                self.stats["restored_chains"] += int(K.abort_restore(t_ab, x_ab, self.B, self.S, self.P, self.NOPS))
+                self.stats["restored_chains"] += int(self.kcall(K.abort_restore, t_ab, x_ab, self.B, self.S, self.P,
+                                                                  self.NOPS))
                 self._next_round(t0)
                 return
         self.stats["coord_s"] += time.perf_counter() - t0

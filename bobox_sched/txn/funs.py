@@ -280,22 +280,33 @@ def kernel_for(K, name: str, n: int, workers: int = 0):
 # here (build_pool 10.5 us through the dispatcher against 2.2 us through the compiled
 # entry point; finish_batch 6.0 against 1.0; measured 2026-11-26 on the 2-core VM, a
 # captured GS batch, 5 000 calls each). ``EntryCache`` pays it once per call site.
-# Measured the same day, GS, 200k events: with *every* kernel called through its entry
-# point (a driver wrapping the kernel module; median of 12, both settings alternating in
-# one process) TStream went 877k -> 906k events/s on 1 worker and 1000k -> 1036k on 2,
-# LOCK 1087k -> 1105k and 1308k -> 1328k. The call sites that use it (build_pool,
-# process_pool, finish_batch, run_baseline) against the previous commit, 2 workers,
-# separate processes alternating, median of 6 each, three rounds: TStream 912k / 855k /
-# 992k -> 980k / 978k / 989k, LOCK 1216k / 1225k / 1339k -> 1243k / 1265k / 1251k.
+# Kernels that take only arrays and numbers gain almost nothing (numba types arrays in
+# C): gather_pool 13.09 vs 12.97 us, partition_ops 36.9 vs 36.3, against run_baseline
+# (which takes the store view) 1011 vs 1003 us (captured GS calls, dispatcher vs entry
+# point, medians of 400 alternating). So only the kernels that take the named tuples use
+# it: the coordinator's five and run_baseline.
+# End to end (GS, 200k events, settings alternating in one process): with every kernel
+# through its entry point, median of 12, TStream went 877k -> 906k events/s on 1 worker
+# and 1000k -> 1036k on 2, LOCK 1087k -> 1105k and 1308k -> 1328k; later that day, on a
+# noisier host, the same comparisons ranged 0.97-1.16x (TStream) and 0.88-1.06x (LOCK)
+# run to run: the gain (~10-40 us per batch of 1000 events, 1-4 %) is below this host's
+# noise, what is measured firmly is the per-call time above.
 
 
 def entry_point(d, args):
     """The compiled entry point that numba dispatcher `d` runs for `args` (after a call
     with those arguments, so that it is compiled), or `d` itself when `d` is not a
-    dispatcher (a wrapper: ``TxnConfig.kernel_wrap``) or has no such overload."""
+    dispatcher or has no such overload. A wrapper of a dispatcher (``TxnConfig.kernel_wrap``,
+    e.g. ``operators.released.timed``) that says how to wrap another function (its
+    ``rewrap``) gets the same wrapper around the entry point, so that a timed run runs
+    the calls an untimed one does."""
     from numba.core.dispatcher import Dispatcher
 
     if not isinstance(d, Dispatcher):
+        inner, rewrap = getattr(d, "__wrapped__", None), getattr(d, "rewrap", None)
+        if isinstance(inner, Dispatcher) and rewrap is not None:
+            e = entry_point(inner, args)
+            return rewrap(e) if e is not inner else d
         return d
     cres = d.overloads.get(tuple(d.typeof_pyval(a) for a in args))
     return cres.entry_point if cres is not None else d
