@@ -276,10 +276,12 @@ def kernel_for(K, name: str, n: int, workers: int = 0):
 
 # numba's dispatcher types every argument of every call before it finds the compiled
 # code: for a kernel that takes a batch's arrays (``chains.BatchArrays``, 20 arrays) and
-# the store view, that typing runs in Python, with the GIL held, and took 6-10 us a call
-# here (build_pool 10.5 us through the dispatcher against 2.2 us through the compiled
-# entry point; finish_batch 6.0 against 1.0; measured 2026-11-26 on the 2-core VM, a
-# captured GS batch, 5 000 calls each). ``EntryCache`` pays it once per call site.
+# the store view, that typing runs in Python, with the GIL held: 2-3 us a call here
+# (build_pool 4.60 us through the dispatcher against 1.39 us through the compiled entry
+# point; finish_batch 2.76 against 0.78; measured 2026-11-26 on the 2-core VM, nothing
+# else running, a captured GS batch, medians of 200 x 25 calls, alternating; a first
+# measurement beside another experiment gave 10.5 / 2.2 and 6.0 / 1.0).
+# ``EntryCache`` pays it once per call site.
 # Kernels that take only arrays and numbers gain almost nothing (numba types arrays in
 # C): gather_pool 13.09 vs 12.97 us, partition_ops 36.9 vs 36.3, against run_baseline
 # (which takes the store view) 1011 vs 1003 us (captured GS calls, dispatcher vs entry
