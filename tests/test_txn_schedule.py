@@ -22,26 +22,17 @@ from bobox_sched.packet import Packet
 from bobox_sched.stream.punct import Batch
 from bobox_sched.txn import DEC, GT, INC, StateStore, StateTable, TransactionalOperator, TxnConfig
 from bobox_sched.txn import coordinator as coord
-from bobox_sched.txn.baselines import pat_sequence
 from bobox_sched.txn.funs import HOLD_BELOW
-from bobox_sched.txn.oracle import record
 from operators.txn import make_app, oracle_of, pat_seq_of, run_once, same_outputs
 from topology.virtual import virtual_topology
 
-from txn_workload import RandomOp, make_events, make_store, run_oracle, run_scheduled, same
+from txn_workload import make_events, make_store, pat_seq, run_oracle, run_scheduled, same
 
 MODES = ("shared-nothing", "shared-per-socket", "shared-everything")
 
 
 def _vtopo(k=2):
     return virtual_topology(topology.probe(), k)
-
-
-def _pat_seq(store, events, parts, op=RandomOp):
-    n = len(next(iter(events.values())))
-    cols = dict(events)
-    cols["ts"] = np.arange(n, dtype=np.int64)
-    return pat_sequence(record(op(TxnConfig(store, 1), 0), [Packet(cols)]), store, parts)
 
 
 def _check(store, events, cfg, **kw):
@@ -301,7 +292,7 @@ def test_progress_controller_stream_is_equivalent():
 def test_baselines_are_serially_equivalent(scheme, nkeys, T, n, seed, constrained, cycles):
     store = make_store(nkeys, constrained, seed)
     ev = make_events(n, nkeys, 0.9, seed, cycles=cycles)
-    ps = _pat_seq(store, ev, T) if scheme == "pat" else None
+    ps = pat_seq(store, ev, T) if scheme == "pat" else None
     _check(store, ev, TxnConfig(store, T, interval=16, cc=scheme, pat_seq=ps))
 
 
@@ -451,7 +442,7 @@ def test_condition_rejection_is_all_or_none(cc):
     src = rng.integers(0, 8, n)
     ev = {"src": src, "dst": (src + rng.integers(1, 8, n)) % 8, "amt": rng.integers(1, 40, n).astype(float)}
     store = StateStore(StateTable("a", 8, init=50.0))
-    ps = _pat_seq(store, ev, 2, op=Transfer) if cc == "pat" else None
+    ps = pat_seq(store, ev, 2, op=Transfer) if cc == "pat" else None
     dense, out, _, _ = run_scheduled(store, ev, TxnConfig(store, 2, interval=32, cc=cc, pat_seq=ps), op=Transfer)
     ok = out["ok"]
     assert 0 < ok.sum() < n
@@ -660,7 +651,7 @@ def test_more_executors_than_threads(cc):
     an executor that cannot run; TStream's barriers never block."""
     store = make_store(10, False, 4)
     ev = make_events(400, 10, 1.0, 4)
-    ps = _pat_seq(store, ev, 8) if cc == "pat" else None
+    ps = pat_seq(store, ev, 8) if cc == "pat" else None
     cfg = TxnConfig(store, 8, interval=10, cc=cc, pat_seq=ps, spin_us=50)
     if cc == "nolock":
         run_scheduled(store, ev, cfg, threads=1)

@@ -22,7 +22,7 @@ from bobox_sched.txn.ops import OpBuffer, Txn
 from bobox_sched.txn.progress import batch_punct_ts, deal
 from topology.memory import live_nodes, numa_available
 
-from txn_workload import RandomOp, make_events, make_store, run_oracle, run_scheduled, same
+from txn_workload import RandomOp, make_events, make_store, pat_seq, run_oracle, run_scheduled, same
 
 
 # -- atomics ---------------------------------------------------------------------------
@@ -442,7 +442,6 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
     from numba.core.dispatcher import Dispatcher
 
     from bobox_sched.txn import funs
-    from bobox_sched.txn.baselines import pat_sequence
 
     first: dict = {}
     calls = {"fast": 0}
@@ -461,13 +460,8 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
         monkeypatch.setattr(funs, "HOLD_BELOW_FEW", {k: 0 for k in funs.HOLD_BELOW_FEW})
     store = make_store(60, constrained=True, seed=3)
     ev = make_events(600, 60, 0.8, seed=5)
-    kw = {}
-    if cc == "pat":
-        n = len(next(iter(ev.values())))
-        cols = dict(ev, ts=np.arange(n, dtype=np.int64))
-        kw["pat_seq"] = pat_sequence(record(RandomOp(TxnConfig(make_store(60, True, 3), 1), 0), [Packet(cols)]),
-                                     make_store(60, True, 3), 2)
-    cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, **kw)
+    ps = pat_seq(make_store(60, constrained=True, seed=3), ev, executors) if cc == "pat" else None
+    cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, pat_seq=ps)
     dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
     want_dense, want_out = run_oracle(make_store(60, constrained=True, seed=3), ev)
     assert np.array_equal(dense, want_dense)

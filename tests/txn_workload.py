@@ -188,6 +188,17 @@ class _KeepAll(TxnSink):
         ctx.set_result(self.kept)
 
 
+def pat_seq(store, events: dict, parts: int, op=RandomOp) -> np.ndarray:
+    """PAT's per-partition sequence numbers of `events` (S-Store's bid array)."""
+    from bobox_sched.txn.baselines import pat_sequence
+    from bobox_sched.txn.oracle import record
+
+    n = len(next(iter(events.values())))
+    cols = dict(events)
+    cols["ts"] = np.arange(n, dtype=np.int64)
+    return pat_sequence(record(op(TxnConfig(store, 1), 0), [Packet(cols)]), store, parts)
+
+
 def run_oracle(store, events: dict, op=RandomOp):
     n = len(next(iter(events.values())))
     cols = dict(events)

@@ -224,9 +224,9 @@ class Group:
         # every pool's records on one node: a small batch may run in one task (step 3)
         self._one_node = len(set(self.placement.seg_pool_nodes)) <= 1
         self.results = None
-        # The kernels that take the batch arrays and the store view (build_pool, process_pool,
-        # finish_batch, min_violation, abort_restore), whose types never change in a group:
-        # called past numba's dispatcher (funs.EntryCache)
+        # The kernels that take the batch arrays or the store view (build_pool, process_pool,
+        # finish_batch, min_violation, abort_restore; the instances' run_baseline), whose types
+        # never change in a group: called past numba's dispatcher (funs.EntryCache)
         self.kcall = EntryCache().call
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []

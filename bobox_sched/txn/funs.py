@@ -291,8 +291,8 @@ def kernel_for(K, name: str, n: int, workers: int = 0):
 # through its entry point, median of 12, TStream went 877k -> 906k events/s on 1 worker
 # and 1000k -> 1036k on 2, LOCK 1087k -> 1105k and 1308k -> 1328k; later that day, on a
 # noisier host, the same comparisons ranged 0.97-1.16x (TStream) and 0.88-1.06x (LOCK)
-# run to run: the gain (~10-40 us per batch of 1000 events, 1-4 %) is below this host's
-# noise, what is measured firmly is the per-call time above.
+# run to run: the gain (~3 us a call, ~10-15 us per batch of 1000 events on 2 workers,
+# about 1 %) is below this host's noise; what is measured firmly is the per-call time.
 
 
 def entry_point(d, args):

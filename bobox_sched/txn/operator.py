@@ -44,7 +44,7 @@ from ..operator import Operator
 from ..packet import Packet
 from ..stream import model as _model
 from ..stream.punct import Batch, Punctuation
-from .funs import EntryCache, kernel_for
+from .funs import kernel_for
 from .ops import EventBlotter, OpBuffer, Txn
 
 # Packets an instance handles per run before it lets other tasks run (a deferred re-run):
@@ -244,9 +244,9 @@ class TransactionalOperator(Operator):
         eb, ooff, oo, coff, coo, res, verdict, x = st.pending
         buf = st.buf
         base = st.group.base
-        x = st.kcall(st.K.run_baseline, base.scheme, self.executor, x, buf.ntx, buf.tts, buf.ib, buf.fb, oo, ooff,
-                     buf.cb, buf.cf, coo, coff, st.group.S, base.Y, base.V, base.X[self.executor], res, verdict,
-                     st.spin, base.stats[self.executor])
+        x = st.group.kcall(st.K.run_baseline, base.scheme, self.executor, x, buf.ntx, buf.tts, buf.ib, buf.fb, oo,
+                           ooff, buf.cb, buf.cf, coo, coff, st.group.S, base.Y, base.V, base.X[self.executor], res,
+                           verdict, st.spin, base.stats[self.executor])
         if x < -1:
             raise ValueError(f"a transaction of ts {int(buf.tts[-2 - x])} touches more than 64 records")
         if x < buf.ntx:
@@ -286,9 +286,6 @@ class _State:
         self.K = self.group.K
         self.dual = cfg.dual_mode
         self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))
-        # run_baseline takes the store view and the baseline's arrays, whose types never
-        # change: called past numba's dispatcher, as the coordinator's kernels (funs.EntryCache)
-        self.kcall = EntryCache().call
         self.buf = OpBuffer()
         self.stash: list = []
         self.waiting = False
