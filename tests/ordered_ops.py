@@ -213,7 +213,7 @@ class Record(StreamOperator):
         k = np.concatenate(self.k) if self.k else np.zeros(0, np.int64)
         x = np.concatenate(self.x) if self.x else np.zeros(0, np.int64)
         puncts = [(e[1], e[2]) for e in self.events if e[0] == "punct"]  # with the rows before it
-        ctx.set_result({"k": k.tobytes(), "x": x.tobytes(), "rows": len(k), "puncts": puncts, "eos_last": True})
+        ctx.set_result({"k": k.tobytes(), "x": x.tobytes(), "rows": len(k), "puncts": puncts})
 
 
 def make_items(n_packets, rows, keys, rng, zipf=1.3, empty_every=0, window_every=0):

@@ -56,12 +56,32 @@ RICH_CHAIN = [
 
 def run_ordered(chain, items, run_id, workers, **opts):
     with Scheduler(policy="ordered", threads_per_node=workers, pin=False, **opts) as s:
+        pol = s.policy
+        stages = []
+        done = pol.request_done
+
+        def request_done(request):  # keep the chain's stages for the quiescence check
+            with pol._lock:
+                stages.extend(st for ch in pol.chains if ch.request is request for st in ch.stages)
+            done(request)
+
+        pol.request_done = request_done
         h = s.submit(build(chain, items, run_id=run_id))
         try:
             res = h.result(WAIT_S)
         except TimeoutError:
             raise AssertionError(f"hung ({workers} workers, {opts}):\n{hang_report(s, h)}") from None
         stats = s.stats()
+    # every worker has exited: nothing may be left in flight (spec T5, "no packet leaked")
+    assert stages, "the request's stages were not seen"
+    for st in stages:
+        where = f"{st.name} ({workers} workers, {opts})"
+        assert st.reorder.pending() == 0, f"units left in the reorder buffer of {where}"
+        assert st.credits.available() == st.capacity, f"dequeue credits not given back in {where}"
+        queued = len(st.worklist) if st.worklist is not None else len(st.queues)
+        assert queued == 0, f"units left in the worklist of {where}"
+        if st.is_hybrid:
+            assert all(c.load() == 0 for c in st.queues.count), f"a bucket count is not 0 in {where}"
     return by_operator(res), stats
 
 
@@ -391,6 +411,53 @@ def test_stateless_operator_runs_on_several_workers_at_once():
         out = s.submit(plan).result(WAIT_S)
     assert [int(p["x"][0]) for p in out] == list(range(60))
     assert not guard.violations and 2 <= guard.peak <= 3
+
+
+def test_partitioned_operator_runs_on_several_workers_but_not_beyond_declared():
+    """A partitioned operator runs up to min(max_parallelism, p, workers) buckets at once
+    (here 2 of 16 buckets, 5 workers), never two workers in one bucket, and each key's
+    rows still arrive in order."""
+    import time
+
+    from bobox_sched import Plan
+    from bobox_sched.packet import Packet
+    from bobox_sched.stream import model as M
+    from bobox_sched.stream.partitioned import PartitionedOperator
+    from ordered_ops import Feed, Guard, Record
+
+    guard = Guard(2)
+
+    class SlowPS(PartitionedOperator):
+        state = M.Partitioned("k")
+        partitions = 16
+        max_parallelism = 2
+
+        def new_state(self):
+            return {}
+
+        def on_slice(self, ctx, rows, state, emit):
+            b = int(self.bucket_ids(Packet({"k": rows["k"][:1]}))[0])
+            guard.enter(b)
+            try:
+                time.sleep(0.003)  # releases the GIL like a nogil kernel
+                emit(rows, np.arange(rows.nrows))
+            finally:
+                guard.leave(b)
+
+    items = [{"k": np.arange(16, dtype=np.int64), "x": np.full(16, i, np.int64)} for i in range(20)]
+    plan = Plan("slow-ps")
+    plan.add("src", Feed, items)
+    plan.add("ps", SlowPS)
+    plan.add("sink", Record)
+    plan.chain("src", "ps", "sink")
+    with Scheduler(policy="ordered", threads_per_node=5, pin=False, heuristic="ct") as s:
+        res = s.submit(plan).result(WAIT_S)
+    k, x = np.frombuffer(res["k"], np.int64), np.frombuffer(res["x"], np.int64)
+    assert res["rows"] == 16 * 20
+    for key in range(16):
+        assert list(x[k == key]) == list(range(20))
+    assert not guard.violations, guard.violations[:3]
+    assert guard.peak == 2
 
 
 # ---------------------------------------------------------------------------------------

@@ -238,6 +238,10 @@ class Stage:
             self.cap = worklist_cap
             self.exact = False
             self.is_partitioned_queues = self.is_hybrid = False
+        # Whether dequeues take credits (so the drainer gives one back per unit sent): not
+        # with window_full="spin", nor under PARTITIONED-QUEUE, whose workers test the
+        # window itself (window_ok); a source always does (_consume_source).
+        self.uses_credits = kind == SOURCE or not (self.spin or self.is_partitioned_queues)
         preserves = op._bx_ppreserve if op.outputs else ()
         self.preserves = bool(preserves)
         self.expecting = bool(op.inputs) and op._bx_pexpect[0]
@@ -305,7 +309,8 @@ class Stage:
 
     def _advanced(self) -> None:
         """The drainer moved ``next`` past a unit: its credit is free again."""
-        self.credits.give()
+        if self.uses_credits:
+            self.credits.give()
         pol = self.policy
         if pol.idle:
             pol.wake_one(self)
@@ -365,7 +370,8 @@ class Stage:
         if self.queues is not None:
             if self.is_partitioned_queues:
                 return self.queues.consume(self.window_ok, run, quota, stop, ctx.worker.id)
-            return self.queues.consume(take, self.credits.give, run, quota, stop, ctx.worker.id)
+            give = self.credits.give if self.uses_credits else _no_credit
+            return self.queues.consume(take, give, run, quota, stop, ctx.worker.id)
         wl = self.worklist
         n = 0
         while n < quota:
@@ -595,6 +601,10 @@ class Stage:
             "reorder_contended": self.reorder.contended, "reorder_wait_ms": self.reorder.wait_ns / 1e6,
             "delegated": getattr(self.queues, "delegated", None),
         }
+
+
+def _no_credit() -> None:
+    """The credit given back by a dequeue that took none (window_full="spin")."""
 
 
 def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list:
