@@ -173,6 +173,26 @@ def test_decide_ct_quota_and_window_reset(policy):
     assert st is o2
 
 
+def test_decide_ct_cumulative_literal_or_inputs(policy):
+    """cs_i = prod_{k<=i} s_k (Eq 3 as written, the default) or prod_{k<i} s_k
+    (``ct_cumulative="inputs"``): selectivities 0.1, 50, 1 give cs 0.1, 5, 5 or 1, 0.1, 5.
+    With one worker on each and c = 1 us, n_i = 0.002 / (1e-6 cs_i): literal 20000, 400,
+    400 (a tie: the earlier, o2); inputs 2000, 20000, 400 (o3)."""
+    import time
+
+    pol, w = policy
+    picks = {}
+    for mode in ("literal", "inputs"):
+        ops = [FakeStage(i, size=5, c=1 * US, sel=sel, w=1) for i, sel in ((1, 0.1), (2, 50.0), (3, 1.0))]
+        with pol._lock:
+            pol.opts["ct_cumulative"] = mode
+            pol.chains = [_chain(*ops)]
+            pol._win_start = time.perf_counter()
+            st, _ = pol.decide(w)
+        picks[mode] = st.pos
+    assert picks == {"literal": 2, "inputs": 3}
+
+
 def test_decide_quota_is_at_least_one_and_skips_full_operators(policy):
     pol, w = policy
     o1 = FakeStage(1, size=3, c=5000 * US, rpu=100, w=0, M=1)  # one unit costs 0.5 s >> slice
