@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import topology
@@ -61,12 +61,32 @@ def per_pool_tasks():
 # -- 1. serial equivalence ----------------------------------------------------------------
 
 
+def _every_mode_and_stealing(*rows):
+    """``@example`` rows pinned on every run: each of `rows` in every NUMA mode, with and
+    without stealing, on two virtual nodes (so shared-per-socket is not shared-everything),
+    per-pool tasks, policy bobox."""
+    def deco(fn):
+        for row in reversed(rows):
+            for mode in reversed(MODES):
+                for steal in (True, False):
+                    fn = example(**row, mode=mode, steal=steal, policy="bobox", virtual=True, single=0)(fn)
+        return fn
+    return deco
+
+
 @given(nkeys=st.sampled_from([1, 3, 40, 10_000]), theta=st.sampled_from([0.0, 0.6, 1.5]),
        interval=st.sampled_from([1, 2, 7, 500]), T=st.integers(1, 8), mode=st.sampled_from(MODES),
        steal=st.booleans(), n=st.integers(1, 150), seed=st.integers(0, 2**31), cycles=st.booleans(),
        constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans(),
        single=st.sampled_from([0, 40, 10**9]))
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@_every_mode_and_stealing(
+    # many keys, very hot ones, small batches, most executors, SL-style cycles, constraints
+    # (17 of 150 commit, 2 constraint aborts)
+    dict(nkeys=10_000, theta=1.5, interval=7, T=8, n=150, seed=7, cycles=True, constrained=True),
+    # one record that every operation and condition touches, tiny batches (58 commit,
+    # 14 aborts; with SL-style cycles on one record nearly every condition fails)
+    dict(nkeys=1, theta=0.0, interval=2, T=8, n=150, seed=0, cycles=False, constrained=True))
 def test_tstream_is_serially_equivalent(nkeys, theta, interval, T, mode, steal, n, seed, cycles, constrained,
                                         policy, virtual, single):
     """`single`: batches of at most that many operations run in one task (0: none, 40:
@@ -285,15 +305,15 @@ def test_progress_controller_stream_is_equivalent():
 # -- 6. the baselines match the oracle; No-Lock does not ------------------------------------
 
 
-@given(scheme=st.sampled_from(["lock", "mvlk", "pat"]), nkeys=st.sampled_from([1, 4, 300]),
-       T=st.integers(1, 5), n=st.integers(1, 120), seed=st.integers(0, 2**31), constrained=st.booleans(),
-       cycles=st.booleans())
+@given(scheme=st.sampled_from(["lock", "mvlk", "pat"]), nkeys=st.sampled_from([1, 4, 300, 10_000]),
+       theta=st.sampled_from([0.0, 0.9, 1.5]), interval=st.sampled_from([1, 7, 16]), T=st.integers(1, 8),
+       n=st.integers(1, 120), seed=st.integers(0, 2**31), constrained=st.booleans(), cycles=st.booleans())
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_baselines_are_serially_equivalent(scheme, nkeys, T, n, seed, constrained, cycles):
+def test_baselines_are_serially_equivalent(scheme, nkeys, theta, interval, T, n, seed, constrained, cycles):
     store = make_store(nkeys, constrained, seed)
-    ev = make_events(n, nkeys, 0.9, seed, cycles=cycles)
+    ev = make_events(n, nkeys, theta, seed, cycles=cycles)
     ps = pat_seq(store, ev, T) if scheme == "pat" else None
-    _check(store, ev, TxnConfig(store, T, interval=16, cc=scheme, pat_seq=ps))
+    _check(store, ev, TxnConfig(store, T, interval=interval, cc=scheme, pat_seq=ps))
 
 
 class ReadThenSet(TransactionalOperator):
@@ -330,23 +350,34 @@ def test_nolock_diverges_on_a_conflicting_workload():
 SCHEMES = ["tstream", "lock", "mvlk", "pat"]
 
 
-@pytest.mark.parametrize("cc", SCHEMES)
-def test_deposits_and_transfers_conserve(cc):
+@pytest.mark.parametrize("cc, mode, steal", [("tstream", m, w) for m in MODES for w in (False, True)]
+                         + [(cc, MODES[0], False) for cc in SCHEMES[1:]])
+def test_deposits_and_transfers_conserve(cc, mode, steal):
+    """SL's deposits add exactly what they deposit, its transfers move money without
+    creating or losing any (some commit; hot accounts run dry and reject others): TStream in every NUMA
+    mode with and without stealing (two virtual nodes), and the baselines; state and
+    outputs equal the serial oracle's."""
     s_app = make_app("sl", nkeys=50, theta=1.0, nparts=3)
     for kind in (0, 1):  # deposits only, transfers only
         store = s_app.make_store()
         ev = s_app.events(1200, seed=11 + kind)
         ev["kind"] = np.full(1200, kind, np.int64)
         before = sum(t.values().sum() for t in store.tables)
+        dense_o, out_o = oracle_of(s_app, store, ev)
         ps = pat_seq_of(s_app, store, ev, 3) if cc == "pat" else None
-        with Scheduler(threads_per_node=2, pin=False) as s:
-            r = run_once(s, s_app, store, ev, TxnConfig(store, 3, interval=100, cc=cc, pat_seq=ps), keep=True)
+        cfg = TxnConfig(store, 3, interval=100, cc=cc, pat_seq=ps, numa_mode=mode, work_stealing=steal)
+        with Scheduler(threads_per_node=2, pin=False, topology=_vtopo() if cc == "tstream" else None) as s:
+            r = run_once(s, s_app, store, ev, cfg, keep=True)
         after = sum(t.values().sum() for t in store.tables)
+        assert np.array_equal(store.dense(), dense_o), "final state differs from the serial oracle"
+        assert same_outputs(r["outputs"], out_o)
+        ok = r["outputs"]["ok"]
         if kind == 0:
+            assert ok.all()
             assert after == before + ev["a"].sum() + ev["s"].sum()
         else:
             assert after == before
-            assert not r["outputs"]["ok"].all()  # some transfers were rejected (hot accounts drained)
+            assert 0 < ok.sum() < ok.size  # some transfers committed, some were rejected (hot accounts drained)
 
 
 @pytest.mark.parametrize("cc", SCHEMES)
@@ -395,8 +426,10 @@ class TwoWrites(TransactionalOperator):
         return {"ts": eb.ts, "ok": eb.success, "a_after": eb["a_after"], "b_after": eb["b_after"]}
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_constraint_abort_is_all_or_none_and_equals_the_oracle_without_them(mode):
+@pytest.mark.parametrize("cc, mode", [("tstream", m) for m in MODES] + [(cc, MODES[0]) for cc in SCHEMES[1:]])
+def test_constraint_abort_is_all_or_none_and_equals_the_oracle_without_them(cc, mode):
+    """The aborted set is the serial oracle's (b[k2] would go below 0; b reaching exactly
+    0 commits), and an aborted transaction changes neither record."""
     rng = np.random.default_rng(9)
     n = 600
     ev = {"k1": rng.integers(0, 6, n), "k2": rng.integers(0, 6, n), "x": rng.integers(1, 5, n).astype(float),
@@ -406,15 +439,21 @@ def test_constraint_abort_is_all_or_none_and_equals_the_oracle_without_them(mode
         return StateStore(StateTable("a", 6, init=0.0), StateTable("b", 6, init=100.0, constraint=(0.0, None)))
 
     s1 = store()
-    dense, out, summary, _ = run_scheduled(s1, ev, TxnConfig(s1, 3, interval=40, numa_mode=mode),
-                                           op=TwoWrites, topology=_vtopo())
-    aborted = ~out["ok"]
-    assert aborted.any() and summary["aborts"] == aborted.sum()
-    assert (s1["b"].values() >= 0).all()
-    # a[k1] only changed by committed transactions (all or none)
+    d_o, out_o = run_oracle(s1, ev, op=TwoWrites)  # the oracle runs on a copy
+    ps = pat_seq(s1, ev, 3, op=TwoWrites) if cc == "pat" else None
+    dense, out, summary, _ = run_scheduled(s1, ev, TxnConfig(s1, 3, interval=40, numa_mode=mode, cc=cc, pat_seq=ps),
+                                           op=TwoWrites, topology=_vtopo() if cc == "tstream" else None)
+    aborted = ~out_o["ok"]
+    assert aborted.any() and (out_o["b_after"][~aborted] == 0).any()  # aborts, and commits that reach the bound
+    assert np.array_equal(out["ok"], out_o["ok"]), np.flatnonzero(out["ok"] != out_o["ok"])[:5]
+    assert (summary["aborts"] if cc == "tstream" else summary["baseline_aborts"]) == aborted.sum()
+    assert np.array_equal(dense, d_o)
+    assert same(out, out_o) is None
+    # independently: a[k1] only changed by committed transactions (all or none), b >= 0
     a_want = np.zeros(6)
     np.subtract.at(a_want, ev["k1"][~aborted], ev["x"][~aborted])
     assert np.array_equal(s1["a"].values(), a_want)
+    assert (s1["b"].values() >= 0).all()
     # = the serial run that skips the aborted transactions
     s2 = store()
     keep = {k: np.where(aborted, 0, v) if k in ("x", "y") else v for k, v in ev.items()}
@@ -443,12 +482,28 @@ def test_condition_rejection_is_all_or_none(cc):
     ev = {"src": src, "dst": (src + rng.integers(1, 8, n)) % 8, "amt": rng.integers(1, 40, n).astype(float)}
     store = StateStore(StateTable("a", 8, init=50.0))
     ps = pat_seq(store, ev, 2, op=Transfer) if cc == "pat" else None
+    dense_o, out_o = run_oracle(store, ev, op=Transfer)  # the oracle runs on a copy
     dense, out, _, _ = run_scheduled(store, ev, TxnConfig(store, 2, interval=32, cc=cc, pat_seq=ps), op=Transfer)
-    ok = out["ok"]
+    assert np.array_equal(dense, dense_o), "final state differs from the serial oracle"
+    diff = same(out, out_o)
+    assert diff is None, diff
+    # The transfers replayed in plain Python, in ts order: one whose source balance (before
+    # it) is not above the amount is rejected and moves nothing.
+    bal = [50.0] * 8
+    ok_want, s_want, d_want = [], [], []
+    for i in range(n):
+        a, b, x = int(ev["src"][i]), int(ev["dst"][i]), float(ev["amt"][i])
+        ok_want.append(bal[a] > x)
+        if ok_want[-1]:
+            bal[a] -= x
+            bal[b] += x
+        s_want.append(bal[a])
+        d_want.append(bal[b])
+    ok = np.array(ok_want)
     assert 0 < ok.sum() < n
-    assert store["a"].values().sum() == 400.0  # rejected transfers moved nothing
-    # each committed transfer's source balance after = the one before - amount
-    assert (out["s"][ok] >= 0).all()
+    assert np.array_equal(out["ok"], ok), np.flatnonzero(out["ok"] != ok)[:5]
+    assert np.array_equal(store["a"].values(), np.array(bal))  # rejected transfers moved nothing
+    assert np.array_equal(out["s"][ok], np.array(s_want)[ok]) and np.array_equal(out["d"][ok], np.array(d_want)[ok])
 
 
 # -- 4. punctuations -----------------------------------------------------------------------------
@@ -587,44 +642,71 @@ class _Null(Sink):
 # -- 5. versions -----------------------------------------------------------------------------------
 
 
-def test_versions_only_where_read_and_freed_after_every_batch(monkeypatch):
-    # Observed when the next batch starts (and once the request ended): the previous
-    # batch is finished then and this one has built nothing yet. Right after _finish
-    # returns, the instances it scheduled may already be building the next batch on
-    # the other worker.
-    seen = []
-    orig_start = coord.Group._start_batch
-    orig_finish = coord.Group._finish
+class _CheckedFinish:
+    """A group's kernel module (``TxnConfig.kernel_wrap``) whose ``finish_batch`` (and its
+    ``_held`` twin) is checked around, at barrier 2 (every chain walked, no instance
+    running yet): appends (operations, versions counted) to `log`."""
 
-    def state(self, nops):
-        return nops, self.live_versions, int((self.rec_chain >= 0).sum()), int(self.rec_ver.sum())
+    def __init__(self, K, log):
+        self._K, self._log = K, log
 
-    def start(self):
-        seen.append(state(self, 0))
-        orig_start(self)
+    def __getattr__(self, name):
+        return getattr(self._K, name)
 
-    def finish(self):
-        nops = self.NOPS if self.B is not None else 0
-        orig_finish(self)
-        if self.final:
-            seen.append(state(self, nops))
-        else:
-            seen.append((nops, 0, 0, 0))  # the batch's size, for the bound below
+    def finish_batch(self, B, npools, nops):
+        return self._checked(self._K.finish_batch, B, npools, nops)
 
-    monkeypatch.setattr(coord.Group, "_start_batch", start)
-    monkeypatch.setattr(coord.Group, "_finish", finish)
+    def finish_batch_held(self, B, npools, nops):
+        return self._checked(self._K.finish_batch_held, B, npools, nops)
+
+    def _checked(self, kernel, B, npools, nops):
+        K = self._K
+        # The records read by an operation on another record: its source, its
+        # transaction's condition operands (kernels_template F_* and conds' fields).
+        oi = B.oi[:nops]
+        g, src, x = oi[:, K.F_G], oi[:, K.F_SRC], oi[:, K.F_TXN]
+        read = set(src[(src >= 0) & (src != g)].tolist())
+        for j in range(nops):
+            for cg, _, cg2 in B.conds[B.cond_off[x[j]]:B.cond_off[x[j] + 1]].tolist():
+                read.update(r for r in (cg, cg2) if r >= 0 and r != g[j])
+        assert set(np.flatnonzero(B.rec_ver).tolist()) == read  # marked: exactly the records read
+        # a version for every operation on those records' chains, none on the others
+        want = 0
+        for p in range(npools):
+            for cid in range(B.pool_off[p], B.pool_off[p] + B.pool_nch[p]):
+                if B.ch[cid, K.C_G] in read:
+                    want += B.ch[cid, K.C_END] - B.ch[cid, K.C_START]
+        assert int(B.pool_nch[:npools].sum()) == len(set(g.tolist()))  # a chain per record operated on
+        held = K.live_versions(B, npools)
+        assert held == want
+        versions = kernel(B, npools, nops)
+        assert versions == held  # the statistic counts the versions held until now
+        assert K.live_versions(B, npools) == 0  # ... and freed
+        assert not B.rec_ver.any() and (B.rec_chain < 0).all()  # no mark, no chain left
+        self._log.append((nops, versions))
+        return versions
+
+
+def test_versions_only_where_read_and_freed_after_every_batch():
+    """Versions exist only on the chains of records that another record's operation
+    reads (a source or a condition operand), one per operation on them, and every batch
+    frees them all (``_CheckedFinish``: the kernel's ``live_versions`` before and right
+    after ``finish_batch``)."""
     # no cross-record reads: nothing is versioned
+    log0 = []
     store = make_store(50, False, 1)
     ev = make_events(400, 50, 0.5, 1, deps=False, conds=False)
-    s0, _ = _check(store, ev, TxnConfig(store, 2, interval=30))
-    assert s0["versions_peak"] == 0
+    s0, _ = _check(store, ev, TxnConfig(store, 2, interval=30, kernel_wrap=lambda K: _CheckedFinish(K, log0)))
+    assert len(log0) == s0["batches"] - s0["empty_batches"] > 0
+    assert s0["versions_peak"] == 0 and all(v == 0 for _, v in log0)
     # sources and conditions: versions, at most one per operation of the batch (N x m)
+    log1 = []
     store = make_store(50, False, 1)
     ev = make_events(400, 50, 0.9, 1, cycles=True)
-    s1, _ = _check(store, ev, TxnConfig(store, 2, interval=30))
-    assert s1["versions_peak"] > 0
-    assert all(live == 0 and chains == 0 and marks == 0 for _, live, chains, marks in seen)
-    assert s1["versions_peak"] <= max(n for n, *_ in seen)
+    s1, _ = _check(store, ev, TxnConfig(store, 2, interval=30, kernel_wrap=lambda K: _CheckedFinish(K, log1)))
+    assert len(log1) == s1["batches"] - s1["empty_batches"] > 0
+    assert s1["versions_peak"] == max(v for _, v in log1) > 0
+    assert all(v <= n for n, v in log1)
 
 
 # -- 6. determinism ----------------------------------------------------------------------------------
