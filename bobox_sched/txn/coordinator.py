@@ -240,7 +240,6 @@ class Group:
                     pair.append(t)
                 row.append(pair)
             self.tasks.append(row)
-        self.live_versions = 0
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
                       "aborts": 0, "restored_chains": 0, "fused_batches": 0, "single_task_batches": 0,
                       "versions_peak": 0, "versions_total": 0,
@@ -511,15 +510,14 @@ class Group:
         st = self.stats
         if self.B is not None and self.NOPS:
             versions = int(self.kcall(kernel_for(self.K, "finish_batch", self.NOPS), self.B, self.P, self.NOPS))
-            self.live_versions = versions  # held until now ...
             st["versions_peak"] = max(st["versions_peak"], versions)
             st["versions_total"] += versions
             st["rounds"] += self.batch_rounds
             st["max_rounds"] = max(st["max_rounds"], self.batch_rounds)
-        # ... and dropped with the batch's arrays (the blotters keep only `res`/`verdict`)
+        # versions held until now: dropped with the batch's arrays (the blotters keep only
+        # `res`/`verdict`)
         self.B = None
         self._build_args = None
-        self.live_versions = 0
         st["batches"] += 1
         # Each instance still in this batch gets its results (an instance that reached its
         # end in an earlier batch may not have post-processed that one yet: keyed by batch).
