@@ -2,14 +2,17 @@
 list and LRU order driven deterministically, then the invariants on real threads:
 exclusivity per port and per multi-input operator, per-edge FIFO under fan-in, exactly
 once with every queue and lock free at quiescence, bounded queues and reSchedule touching
-only the blocked port, suspension, shutdown, no deadlock with a gate-like operator, a
-1,000-operator pipeline with capacity 1, concurrent requests, the comparison models."""
+only the blocked port, suspension, shutdown, no deadlock with a gate-like operator (and
+starvation one thread short), a 1,000-operator pipeline with capacity 1, failures at the
+bottom of a deep stack, concurrent requests, the comparison models."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -87,16 +90,46 @@ def test_find_work_takes_the_first_port_with_work_and_lru_puts_it_at_the_tail():
     assert list(table.free) == [p[3], p[0], p[1], p[2]]  # most recently used last
 
 
+class CountingDeque(deque):
+    """A free list that counts the pops of a walk."""
+
+    pops = 0
+
+    def popleft(self):
+        self.pops += 1
+        return super().popleft()
+
+
 def test_find_work_stops_after_one_circuit_and_on_an_empty_list():
     table = PortTable()
     assert find_work_non_blocking(table) is None
     p = ports(3)
     table.register(p)
+    table.free = CountingDeque(table.free)
     assert find_work_non_blocking(table) is None
-    assert sorted(table.free, key=lambda r: r.pid) == p  # each port exactly once
+    # The priming read of p0, then p1, p2 and p0 again: one circuit, the walk stops where
+    # it met the first port, which leaves the list rotated by one (a second round would
+    # pop p1 once more and leave [p2, p0, p1]).
+    assert table.free.pops == 4
+    assert list(table.free) == [p[1], p[2], p[0]]
     assert [r.q.cons_try_lock() for r in p] == [True] * 3  # no lock left held
     for r in p:
         r.q.cons_unlock()
+    assert find_work_non_blocking(table) is None  # and again: one more circuit each call
+    assert table.free.pops == 8 and list(table.free) == [p[2], p[0], p[1]]
+
+
+def test_find_work_with_the_first_port_checked_out_makes_one_circuit_of_the_rest():
+    """The first port popped is the list's head; a port another thread has checked out is
+    not on the list, so the walk meets the first port again after the others."""
+    table = PortTable()
+    p = ports(4)
+    table.register(p)
+    assert table.free.popleft() is p[0]  # another thread holds p0 checked out
+    table.free = CountingDeque(table.free)
+    assert find_work_non_blocking(table) is None
+    assert table.free.pops == 4  # p1 (priming), p2, p3, p1
+    assert list(table.free) == [p[2], p[3], p[1]]
 
 
 def test_find_work_skips_a_taken_port_and_a_busy_operator():
@@ -110,7 +143,8 @@ def test_find_work_skips_a_taken_port_and_a_busy_operator():
     two[1].q.push("y")
     m.acquire()  # another thread is inside the two-input operator (port a)
     assert find_work_non_blocking(table) is None
-    assert len(table.free) == 4 and len(p[0].q) == 1 and len(two[1].q) == 1
+    assert list(table.free) == [p[1], two[0], two[1], p[0]]  # one circuit: rotated by one
+    assert len(p[0].q) == 1 and len(two[1].q) == 1
     m.release()
     port, item = find_work_non_blocking(table)
     assert port is two[1] and item == "y" and m.locked()
@@ -175,12 +209,12 @@ def streams(**kw):
 
 def check_quiescent(handle):
     """Exactly once done: nothing was left in any queue when the request ended, and every
-    lock is free (spec 5.3 item 3)."""
+    lock is free (spec 5.3 item 3). ``streams_dropped`` is what retirement found queued
+    (RERUN markers aside) before it emptied the queues; their length after it is always 0."""
     req = handle._request
     assert req.streams_dropped == 0
     for port in req.streams_ports:
         q = port.q
-        assert len(q) == 0, port
         # The thread whose execution ended the request (the sink's) completes the future
         # from inside that execution: it lets go of its port's locks right after.
         deadline = time.monotonic() + 10
@@ -384,45 +418,116 @@ class Tagged(StreamOperator):
 
 # -- suspension ----------------------------------------------------------------------------
 
-def test_suspension_is_non_preemptive_and_a_parked_thread_executes_nothing_until_woken():
+class Hold:
+    """A gate for Tagged or Relay: the thread executing tuple `at` sets `entered`, then
+    waits for `release`."""
+
+    def __init__(self, at=0):
+        self.at = at
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, x):
+        if x == self.at:
+            self.entered.set()
+            assert self.release.wait(WAIT_S)
+
+
+class Relay(StreamOperator):
+    """Forwards each packet after calling `gate` with its value."""
+
+    state = M.STATELESS
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def on_packet(self, ctx, port, pkt):
+        self.gate(int(pkt["x"][0]))
+        ctx.send("out", pkt)
+
+
+def put_x(ch, values):
+    for i in values:
+        ch.put({"x": np.array([i])})
+
+
+def test_a_thread_told_to_suspend_inside_a_tuple_finishes_it_runs_one_more_and_parks():
+    """Non-preemptive suspension in schedule()'s drain (spec 2.2 step 3, 5.3 item 7). The
+    only scheduler thread is inside tuple 0 of the sink's port, tuples 1..n queued behind
+    it, when it is told to suspend: it finishes tuple 0, executes tuple 1 (the check
+    follows each drained tuple, not the first one), gives the port back and parks. No
+    other thread can execute the sink (the source's pushes never fail: the queue holds
+    n), so n-1 tuples stay queued until it is woken."""
     from bobox_sched.stream.sources import QueueSource, StreamChannel
 
-    entered, release = threading.Event(), threading.Event()
-    first = []
-
-    def gate(x):
-        if x == 0:
-            first.append(threading.current_thread().name)
-            entered.set()
-            assert release.wait(WAIT_S)
-
+    n = 8
+    hold = Hold()
     ch = StreamChannel(capacity=None)
     plan = Plan("susp")
     plan.add("src", QueueSource, ch)
-    plan.add("sink", Tagged, gate)
+    plan.add("sink", Tagged, hold)
     plan.chain("src", "sink")
-    with streams(threads=2) as s:
-        pol = s.policy
+    with streams(threads=1, queue_capacity=n) as s:
+        (w,) = s.workers
         h = s.submit(plan)
-        ch.put({"x": np.array([0])})
-        assert entered.wait(WAIT_S)
-        (w,) = [w for w in s.workers if w.thread.name == first[0]]
-        w.notify_suspended()  # told while inside an operator: it finishes the tuple first
-        time.sleep(0.05)
-        assert not w.in_suspension
-        release.set()
-        until(lambda: w.in_suspension)
-        for i in range(1, 200):
-            ch.put({"x": np.array([i])})
-        until(lambda: pol.total_executed() >= 200)
+        sink = h._request.ops["sink"]
+        q = sink._bx_st_ports[0].q
+        put_x(ch, [0])
+        assert hold.entered.wait(WAIT_S)
+        put_x(ch, range(1, n + 1))
+        until(lambda: len(q) == n)
+        w.notify_suspended()  # told while inside the operator
+        hold.release.set()
+        until(lambda: w.in_suspension)  # parked: it left run_port, nothing else can run
+        assert sink.by == [(0, w.thread.name), (1, w.thread.name)]
+        assert len(q) == n - 1
         w.notify_wakeup()
-        for i in range(200, 400):
-            ch.put({"x": np.array([i])})
+        put_x(ch, range(n + 1, 2 * n))  # (a full queue may have the source's thread run some)
         ch.close()
         by = h.result(WAIT_S)
-    assert [x for x, _ in by] == list(range(400))
-    assert by[0][1] == w.thread.name  # the tuple it was in was completed by it
-    assert all(name != w.thread.name for x, name in by if 1 <= x < 200)
+    assert [x for x, _ in by] == list(range(2 * n))
+
+
+def test_a_thread_told_to_suspend_inside_reschedule_stops_after_that_tuple_and_parks():
+    """The same in reSchedule (spec 2.5 step 2). The only scheduler thread drains the
+    relay's port (n tuples queued while it was held inside tuple 0); the relay's sends
+    fill the sink's queue, and the send of tuple n fails: the thread executes the sink's
+    port itself, and is held inside the sink's tuple 0 while told to suspend. It finishes
+    that tuple and stops there (RESCHED_LIMIT = 2 would have let it run 3), its push then
+    succeeds, the drain of the relay's port stops at its check, and it parks with the
+    sink's n tuples queued."""
+    from bobox_sched.stream.sources import QueueSource, StreamChannel
+
+    n = 8
+    at_relay, at_sink = Hold(), Hold()
+    ch = StreamChannel(capacity=None)
+    plan = Plan("susp-rs")
+    plan.add("src", QueueSource, ch)
+    plan.add("relay", Relay, at_relay)
+    plan.add("sink", Tagged, at_sink)
+    plan.chain("src", "relay", "sink")
+    with streams(threads=1, queue_capacity=n) as s:
+        assert s.policy.resched_limit == n // 4
+        (w,) = s.workers
+        h = s.submit(plan)
+        ops = h._request.ops
+        relay_q, sink_q = ops["relay"]._bx_st_ports[0].q, ops["sink"]._bx_st_ports[0].q
+        put_x(ch, [0])
+        assert at_relay.entered.wait(WAIT_S)
+        put_x(ch, range(1, n + 1))
+        until(lambda: len(relay_q) == n)
+        at_relay.release.set()
+        assert at_sink.entered.wait(WAIT_S)  # in reSchedule: the sink's queue is full
+        assert w.reschedules == 0 and len(sink_q) == n - 1
+        w.notify_suspended()
+        at_sink.release.set()
+        until(lambda: w.in_suspension)
+        assert w.reschedules == 1  # that reSchedule executed one tuple
+        assert ops["sink"].by == [(0, w.thread.name)]
+        assert len(sink_q) == n and len(relay_q) == 0
+        w.notify_wakeup()
+        ch.close()
+        by = h.result(WAIT_S)
+    assert by == [(i, w.thread.name) for i in range(n + 1)]
 
 
 class AlwaysOk:
@@ -530,7 +635,8 @@ def test_shutdown_joins_every_thread_with_a_request_running():
 
 class Gate(Operator):
     """Blocks on its data port until credit arrives on its control port (like SPL's Gate):
-    needs another thread to execute the control port while one is blocked in data."""
+    needs another thread to execute the control port while one is blocked in data.
+    ``waiter`` names the thread that blocked; ``abort()`` lets it go (a cancelled test)."""
 
     inputs = ("data", "ctrl")
     outputs = ("out",)
@@ -542,15 +648,25 @@ class Gate(Operator):
         self.credit = 0
         self.blocked = blocked
         self.closed = set()
+        self.waiter = None
+        self.aborted = False
+
+    def abort(self):
+        with self.cond:
+            self.aborted = True
+            self.cond.notify_all()
 
     def process(self, ctx):
         p = ctx.recv("data")
         if p is not None:
             with self.cond:
-                while self.credit == 0:
+                while self.credit == 0 and not self.aborted:
+                    self.waiter = threading.current_thread().name
                     self.blocked.set()
                     if not self.cond.wait(WAIT_S):
                         raise RuntimeError("gate starved: deadlock")
+                if self.aborted:
+                    return
                 self.credit -= 1
             ctx.send("out", p)
         c = ctx.recv("ctrl")
@@ -580,20 +696,65 @@ class Credits(Source):
         return ctx.new_packet({"x": np.int64}, 1)
 
 
-def test_no_deadlock_with_a_gate_like_operator_at_the_minimum_level():
-    blocked = threading.Event()
+GATE_N = 50
+GATE_CAP = 64  # > GATE_N + 1: no push of a source fails, so no source thread executes a port
+
+
+def gate_plan(blocked):
+    """data -> gate.data, ctrl -> relay -> gate.ctrl. The credits reach the gate only
+    through executions of the relay, and with GATE_CAP no source thread executes one
+    (reSchedule): a scheduler thread must, while another is blocked in gate.data. (Without
+    the relay the control source's own thread would execute gate.ctrl once its queue was
+    full: the plan would pass with one scheduler thread.)"""
     plan = Plan("gate")
-    plan.add("data", Count, 50)
-    plan.add("ctrl", Credits, 50, blocked)
+    plan.add("data", Count, GATE_N)
+    plan.add("ctrl", Credits, GATE_N, blocked)
+    plan.add("relay", Inc)
     plan.add("gate", Gate, blocked)
     plan.add("sink", Collect)
     plan.connect("data", "gate.data")
-    plan.connect("ctrl", "gate.ctrl")
+    plan.connect("ctrl", "relay")
+    plan.connect("relay", "gate.ctrl")
     plan.connect("gate", "sink")
-    with streams(elastic=True, max_level=3, period_s=3600) as s:
-        h = s.submit(plan)
-        assert s.policy.min_level == 3 == s.policy.level  # 1 + the gate's 2 input ports
-        assert h.result(WAIT_S) == list(range(50))
+    return plan
+
+
+def test_no_deadlock_with_a_gate_like_operator_at_the_minimum_level():
+    blocked = threading.Event()
+    with streams(elastic=True, max_level=3, period_s=3600, queue_capacity=GATE_CAP) as s:
+        pol = s.policy
+        h = s.submit(gate_plan(blocked))
+        assert pol.min_level == 3 == pol.level == pol.running_threads()  # 1 + the gate's 2 input ports
+        assert h.result(WAIT_S) == list(range(GATE_N))
+        until(lambda: not pol.op_threads)  # the source threads ended
+        assert pol.retired_executed == 0  # they executed nothing: scheduler threads ran the relay
+
+
+def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
+    """Negative control of the test above, with one scheduler thread. It blocks in
+    gate.data (Credits waits for that); the sources then push all they have without a
+    failed push and end, so the 50 credits and the final punctuation wait in the relay's
+    queue, which only the blocked thread could execute: a deadlock by construction,
+    checked on the state instead of waited for. (Two threads would do for this plan: the
+    deadlock rule keeps one spare.)"""
+    from bobox_sched.errors import RequestCancelled
+
+    blocked = threading.Event()
+    with streams(threads=1, queue_capacity=GATE_CAP) as s:
+        pol = s.policy
+        (w,) = s.workers
+        h = s.submit(gate_plan(blocked))
+        ops = h._request.ops
+        gate, relay_q = ops["gate"], ops["relay"]._bx_st_ports[0].q
+        assert blocked.wait(WAIT_S)
+        until(lambda: not pol.op_threads)  # both sources pushed everything and ended
+        assert pol.retired_executed == 0 and len(relay_q) == GATE_N + 1
+        assert gate.credit == 0 and gate.waiter == w.thread.name
+        assert h.cancel()
+        gate.abort()  # the thread leaves the gate; the cancelled request's tuples are dropped
+        with pytest.raises(RequestCancelled):
+            h.result(WAIT_S)
+    assert not w.thread.is_alive() and h.state == "cancelled"
 
 
 # -- deep pipelines ---------------------------------------------------------------------------
@@ -616,6 +777,122 @@ def test_a_1000_operator_pipeline_with_queue_capacity_1(model):
         assert h.result(WAIT_S) == [i + n_ops for i in range(30)]
         check_quiescent(h)
         assert s.policy.depth == n_ops + 2
+
+
+def stack_depth() -> int:
+    f, n = sys._getframe(1), 0
+    while f is not None:
+        f, n = f.f_back, n + 1
+    return n
+
+
+@pytest.mark.parametrize("model", ["manual", "dynamic"])
+def test_a_recursion_overflow_in_nested_executions_fails_the_request(model, monkeypatch):
+    """Executions nested to the bottom of a thread's stack: manual runs the pipeline by
+    direct calls on the source's thread; dynamic, its only scheduler thread parked, on the
+    source's thread through reSchedule (capacity 1: tuple k nests k operators deep). With
+    ensure_recursion off and the recursion limit lowered while the requests run, the
+    overflow must fail the request with the RecursionError (failing it at that depth
+    overflowed inside Request.fail after the state was set: the request never ended).
+    Eight limits in a row put the overflow at each frame of an operator's level (6-8)."""
+    from bobox_sched.policies import streams_runtime
+
+    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
+    n_ops = 100  # about 700 frames nested: well past the lowered limits
+    plan = Plan("deep")
+    plan.add("src", Count, 150)
+    names = ["src"] + [f"op{i}" for i in range(n_ops)] + ["sink"]
+    for name in names[1:-1]:
+        plan.add(name, Inc)
+    plan.add("sink", Collect)
+    plan.chain(*names)
+    short = Plan("short")
+    short.add("src", Count, 10)
+    short.add("a", Inc)
+    short.add("sink", Collect)
+    short.chain("src", "a", "sink")
+    # Room for this thread (submit and result go a few dozen frames deeper); the other
+    # threads of the scheduler stay shallow, the source's thread starts from the bottom.
+    base = stack_depth() + 200
+    kw = {"threads": 1} if model == "dynamic" else {}
+    with streams(model=model, queue_capacity=1, **kw) as s:
+        if model == "dynamic":
+            (w,) = s.workers
+            w.notify_suspended()
+            until(lambda: w.in_suspension)
+        for extra in range(8):
+            old = sys.getrecursionlimit()
+            sys.setrecursionlimit(base + extra)
+            try:
+                h = s.submit(plan)
+                with pytest.raises(RecursionError) as err:
+                    h.result(WAIT_S)
+            finally:
+                sys.setrecursionlimit(old)
+            assert h.state == "failed" and h.failed_operator in names[1:]
+            assert any("reached the recursion limit" in note for note in err.value.__notes__)
+        if model == "dynamic":
+            w.notify_wakeup()
+        assert s.submit(short).result(WAIT_S) == list(range(1, 11))  # the threads carry on
+
+
+class Bottom(StreamOperator):
+    outputs = ()
+
+    def on_packet(self, ctx, port, pkt):
+        raise ValueError("failed at the bottom of the stack")
+
+
+@pytest.mark.parametrize("model", ["manual", "dynamic"])
+def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkeypatch):
+    """An ordinary error in a nested execution with fewer frames left than failing the
+    request takes (FAIL_RESERVE). The recursion limit is bisected down to the smallest at
+    which the first tuple reaches the raising sink, nested under every operator of the
+    pipeline as in the test above (one less and the pipeline overflows first): there the
+    sink's error has almost no frames left. Every request must end, with the sink's error
+    or, below that limit, a RecursionError."""
+    from bobox_sched.policies import streams_runtime
+
+    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
+    n_ops = 30
+    plan = Plan("deep-error")
+    plan.add("src", Count, n_ops + 10)
+    names = ["src"] + [f"op{i}" for i in range(n_ops)] + ["sink"]
+    for name in names[1:-1]:
+        plan.add(name, Inc)
+    plan.add("sink", Bottom)
+    plan.chain(*names)
+    kw = {"threads": 1} if model == "dynamic" else {}
+    with streams(model=model, queue_capacity=1, **kw) as s:
+        if model == "dynamic":
+            (w,) = s.workers
+            w.notify_suspended()
+            until(lambda: w.in_suspension)
+
+        def outcome(limit):
+            old = sys.getrecursionlimit()
+            sys.setrecursionlimit(limit)
+            try:
+                h = s.submit(plan)
+                with pytest.raises((ValueError, RecursionError)) as err:
+                    h.result(WAIT_S)
+            finally:
+                sys.setrecursionlimit(old)
+            if err.type is ValueError:
+                assert h.failed_operator == "sink" and "bottom of the stack" in str(err.value)
+            return err.type
+
+        lo = stack_depth() + 100  # overflows: the pipeline nests 200 frames or more
+        hi = lo + 20 * n_ops + 200  # room for all of it
+        assert outcome(lo) is RecursionError and outcome(hi) is ValueError
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if outcome(mid) is ValueError:
+                hi = mid
+            else:
+                lo = mid
+        for limit in range(hi, hi + 4):  # the sink's error with 0, 1, 2, 3 more frames
+            assert outcome(limit) is ValueError
 
 
 # -- concurrent requests ----------------------------------------------------------------------

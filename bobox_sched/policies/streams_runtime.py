@@ -42,6 +42,16 @@ Protocol (who may touch what, when):
 * ``ctx.reschedule()`` of a non-source operator puts a RERUN marker in its first input
   port's queue, from the timer thread (never from the executing thread, which holds the
   port and could wait on itself).
+* Failures and the stack: a nested execution may be at the bottom of the thread's stack
+  (manual's direct calls and reSchedule nest one operator per level). Failing the request
+  there (``Request.fail``) could itself overflow, after the request's state was set and
+  before its future completed: the request would never end. So an execution that is
+  nested (the thread's context, or its port context, is inside another operator) and
+  caught a ``RecursionError``, or has fewer than ``FAIL_RESERVE`` frames left, does not
+  fail the request: it raises ``_Unwind`` (a BaseException, which ``except Exception``
+  in operator code does not stop) carrying the error and the operator; every enclosing
+  execution re-raises it (their ``finally`` blocks release the ports they hold), and the
+  thread's outermost execution, or its source loop, fails the request with the error.
 * Port records are registered in ``place`` (before the request's sources start) and
   retired in ``request_done``.
 """
@@ -60,6 +70,19 @@ from .streams_threads import OpThread, ensure_recursion
 
 
 MODELS = ("dynamic", "manual", "dedicated")
+
+# Frames a nested execution must have left below the recursion limit to fail its request
+# in place (module doc, "Failures and the stack"): Request.fail went 8-9 frames deep
+# (measured with sys.setprofile, 3.11, all three models), plus the request's done
+# callbacks, which run inside it.
+FAIL_RESERVE = 100
+
+
+class _Unwind(BaseException):
+    """An operator's failure on its way up to the thread's outermost execution (module
+    doc): ``args`` is ``(error, operator)``; ``levels`` counts the executions it left."""
+
+    levels = 1
 
 
 def _positive_int(name, v):
@@ -252,9 +275,12 @@ class StreamsBase(Policy):
                 except BaseException as e:  # noqa: BLE001 - the request fails, nothing else
                     ctx.op = None
                     op._bx_finished = True
-                    if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
-                        e.__traceback__ = e.__traceback__.tb_next
-                    req.fail(e, op)
+                    if e.__class__ is _Unwind:  # failed downstream, executed on this thread
+                        self._fail_unwound(req, e)
+                    else:
+                        if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+                            e.__traceback__ = e.__traceback__.tb_next
+                        req.fail(e, op)
                     del e
                     return
                 ctx.op = None
@@ -310,11 +336,26 @@ class StreamsBase(Policy):
                 op._bx_idle = 1
                 op.process(ctx)
         except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
+            # Up to the RecursionError test, attribute reads and stores only (module doc,
+            # "Failures and the stack"): at the bottom of the stack a call may raise a
+            # second RecursionError, which the enclosing execution would then handle.
             ctx.op = prev_op
             ctx.port = prev_port
             op._bx_finished = True
+            nested = w.ctx.op is not None or w.cctx.op is not None
+            if e.__class__ is _Unwind:
+                if nested:
+                    e.levels += 1
+                    raise
+                self._fail_unwound(req, e)
+                del e
+                return
+            if nested and e.__class__ is RecursionError:
+                raise _Unwind(e, op) from None
             if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
                 e.__traceback__ = e.__traceback__.tb_next
+            if nested and _near_limit():
+                raise _Unwind(e, op) from None
             req.fail(e, op)
             del e
             return
@@ -339,6 +380,21 @@ class StreamsBase(Policy):
             # anything: nothing will run it again.
             op._bx_finished = True
             req.fail(_stalled(op), op)
+
+    def _fail_unwound(self, req, u) -> None:
+        """Fail `req` with the error `u` carried up from a nested execution (module doc),
+        on the thread's outermost execution or source loop, where the stack has room."""
+        exc, op = u.args
+        tb = exc.__traceback__
+        if tb is not None and tb.tb_frame.f_code is _EXECUTE_CODE:
+            exc.__traceback__ = tb.tb_next  # as execute does: the trace starts in the operator
+        if exc.__class__ is RecursionError:
+            exc.add_note(
+                f"policy streams (model {self.model!r}): operator {op.name!r} ran nested {u.levels} executions "
+                f"deep on one thread (a send executes its receiver on the sending thread: in manual always, in "
+                f"dynamic by reSchedule when the receiver's queue is full) and reached the recursion limit "
+                f"({sys.getrecursionlimit()}); raise it (sys.setrecursionlimit) or use model='dedicated'")
+        req.fail(exc, op)
 
     # -- metrics ---------------------------------------------------------------------------
     def total_executed(self) -> int:
@@ -367,6 +423,9 @@ class StreamsBase(Policy):
         }
 
 
+_EXECUTE_CODE = StreamsBase.execute.__code__
+
+
 def _unread(op, j: int, conc: bool) -> bool:
     """Input left in the operator's buffers (for one whose ports run concurrently: in the
     buffer of the port this thread executes)."""
@@ -375,6 +434,19 @@ def _unread(op, j: int, conc: bool) -> bool:
     for q in op._bx_inq:
         if q:
             return True
+    return False
+
+
+def _near_limit() -> bool:
+    """Fewer than FAIL_RESERVE frames left on this thread below the recursion limit (a
+    walk of the stack: on the failure path of nested executions only)."""
+    left = sys.getrecursionlimit() - FAIL_RESERVE
+    f = sys._getframe(1)
+    while f is not None:
+        left -= 1
+        if left <= 0:
+            return True
+        f = f.f_back
     return False
 
 
@@ -409,4 +481,4 @@ def _longest_path(ops) -> int:
     return max(memo.values(), default=1)
 
 
-__all__ = ["MODELS", "RERUN", "StreamsBase"]
+__all__ = ["FAIL_RESERVE", "MODELS", "RERUN", "StreamsBase"]

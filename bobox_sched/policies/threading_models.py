@@ -20,7 +20,9 @@ Protocol:
   (blocking ``acquire``), executes, releases. Several sources (several threads) may meet
   in one operator; the locks keep one thread per port and per operator. Locks are taken
   in the order of the graph (a sender holds only locks of operators upstream of the one
-  it locks), so a DAG cannot deadlock on them.
+  it locks), so a DAG cannot deadlock on them. Sends nest one operator per level on the
+  sending thread; a failure at the bottom of the stack unwinds through the senders to the
+  thread's source loop, releasing their locks (streams_runtime, "Failures and the stack").
 * dedicated: each port's ``queue.Queue(capacity)`` has any number of producers (the
   threads executing its upstream operators, or a source's thread) and one consumer, the
   port's thread, which also takes the port's consumer lock and the operator's state lock
@@ -62,14 +64,20 @@ class ManualPolicy(StreamsBase):
             return
         cons = port.q.cons
         m = port.mutex
+        # Each lock's try right after its acquire: at the bottom of a deep stack the
+        # second acquire may raise RecursionError (a call), which must not leave the
+        # first lock held (streams_runtime, "Failures and the stack").
         cons.acquire()
-        if m is not None:
-            m.acquire()
         try:
-            self.execute(worker, port, item)
+            if m is None:
+                self.execute(worker, port, item)
+            else:
+                m.acquire()
+                try:
+                    self.execute(worker, port, item)
+                finally:
+                    m.release()
         finally:
-            if m is not None:
-                m.release()
             cons.release()
 
 
