@@ -11,7 +11,7 @@ from bobox_sched import Plan, Scheduler, Source, StreamOperator
 from bobox_sched.stream import model as M
 from bobox_sched.stream.punct import Punctuation
 
-POLICIES = ["bobox", "simple"]
+POLICIES = ["bobox", "simple", "streams"]
 
 
 class Feed(Source):

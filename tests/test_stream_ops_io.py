@@ -2,7 +2,7 @@
 publication, nothing left by a failing or cancelled request), Parquet replay (rate,
 loop, dictionaries, event time across laps), the socket source over 127.0.0.1 (lines and
 Arrow frames, errors, cancellation), seeded generators, latency markers and the report.
-Under both policies."""
+Under every policy of stream_ops_support.POLICIES."""
 
 from __future__ import annotations
 
@@ -37,6 +37,29 @@ def table_rows(n, seed=0):
 
 def files_in(folder):
     return sorted(p.name for p in folder.iterdir())
+
+
+def tmp_sizes(folder) -> list:
+    """Sizes of the temporary files in `folder` (one that vanishes meanwhile is left out)."""
+    sizes = []
+    for n in files_in(folder):
+        if n.endswith(".tmp"):
+            try:
+                sizes.append((folder / n).stat().st_size)
+            except FileNotFoundError:
+                pass
+    return sizes
+
+
+def wait_for(cond, timeout) -> bool:
+    """Poll `cond` until it holds or `timeout` seconds passed (a bound on a wait for
+    something another thread does, not a timing assertion); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return bool(cond())
+        time.sleep(0.01)
+    return True
 
 
 # -- Parquet sink ------------------------------------------------------------------------------
@@ -81,11 +104,11 @@ def test_parquet_sink_partial_output_never_looks_complete(scheds, policy, tmp_pa
     try:
         for p in cut(table_rows(1000), [250] * 4):
             ch.put(p, timeout=30)
-        deadline = time.monotonic() + 30
-        while not [n for n in files_in(tmp_path) if n.endswith(".tmp")] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        tmp = [tmp_path / n for n in files_in(tmp_path) if n.endswith(".tmp")]
-        assert tmp and tmp[0].stat().st_size > 0, "row groups are written while the stream runs"
+        # Each 250-row packet fills a 100-row group: a row group lands in the temporary
+        # file while the stream still runs (the writer creates the file, then writes the
+        # 4-byte header, then row groups: wait for the condition asserted, not the file).
+        assert wait_for(lambda: tmp_sizes(tmp_path) and max(tmp_sizes(tmp_path)) > len(b"PAR1"), 30), \
+            f"no row group written while the stream runs: {files_in(tmp_path)}"
         assert out.read_bytes() == b"an older version"
         ch.close()
         assert h.result(timeout=60)["rows"] == 1000
@@ -316,9 +339,12 @@ def test_socket_source_cancel_stops_the_reader(scheds, policy):
     srv = Server([b"1,2,3.0\n"], hold=True)
     plan = socket_plan(srv.port, "lines")
     h = scheds[policy].submit(plan)
-    deadline = time.monotonic() + 30
-    while h.stats["tasks"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # The reader thread runs once the sink has the first line (what counting the source's
+    # runs in h.stats["tasks"] meant: that count is 0 under "streams", whose sources run on
+    # their own threads, and the wait used to run out its 30 s).
+    sink = h._request.ops["sink"]
+    assert wait_for(lambda: len(sink.seen) > 0, 30), "the first line never reached the sink"
+    assert any(t.name.startswith(f"bobox-socket-127.0.0.1:{srv.port}") for t in threading.enumerate())
     h.cancel()
     deadline = time.monotonic() + 10
     while any(t.name.startswith(f"bobox-socket-127.0.0.1:{srv.port}") for t in threading.enumerate()):
