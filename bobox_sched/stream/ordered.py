@@ -366,11 +366,13 @@ class Stage:
         def stop():
             return req.state is not active
 
-        take = self._take_credit if self.spin else self.credits.take
+        if self.is_partitioned_queues:
+            return self.queues.consume(self.window_ok, run, quota, stop, ctx.worker.id)
+        if self.uses_credits:
+            take, give = self.credits.take, self.credits.give
+        else:  # window_full="spin"
+            take, give = _no_credit_needed, _no_credit
         if self.queues is not None:
-            if self.is_partitioned_queues:
-                return self.queues.consume(self.window_ok, run, quota, stop, ctx.worker.id)
-            give = self.credits.give if self.uses_credits else _no_credit
             return self.queues.consume(take, give, run, quota, stop, ctx.worker.id)
         wl = self.worklist
         n = 0
@@ -380,15 +382,11 @@ class Stage:
             try:
                 unit = wl.popleft()
             except IndexError:
-                if not self.spin:
-                    self.credits.give()
+                give()
                 break
             run(unit, -1)
             n += 1
         return n
-
-    def _take_credit(self) -> bool:
-        return True if self.spin else self.credits.take()
 
     def _runner(self, ctx):
         def run(unit, b, self=self, ctx=ctx):
@@ -601,6 +599,11 @@ class Stage:
             "reorder_contended": self.reorder.contended, "reorder_wait_ms": self.reorder.wait_ns / 1e6,
             "delegated": getattr(self.queues, "delegated", None),
         }
+
+
+def _no_credit_needed() -> bool:
+    """A dequeue's credit where dequeues take none (window_full="spin"): always granted."""
+    return True
 
 
 def _no_credit() -> None:
