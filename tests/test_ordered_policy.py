@@ -62,7 +62,7 @@ def run_ordered(chain, items, run_id, workers, **opts):
 
         def request_done(request):  # keep the chain's stages for the quiescence check
             with pol._lock:
-                stages.extend(st for ch in pol.chains if ch.request is request for st in ch.stages)
+                stages.extend(stage for ch in pol.chains if ch.request is request for stage in ch.stages)
             done(request)
 
         pol.request_done = request_done
@@ -74,14 +74,14 @@ def run_ordered(chain, items, run_id, workers, **opts):
         stats = s.stats()
     # every worker has exited: nothing may be left in flight (spec T5, "no packet leaked")
     assert stages, "the request's stages were not seen"
-    for st in stages:
-        where = f"{st.name} ({workers} workers, {opts})"
-        assert st.reorder.pending() == 0, f"units left in the reorder buffer of {where}"
-        assert st.credits.available() == st.capacity, f"dequeue credits not given back in {where}"
-        queued = len(st.worklist) if st.worklist is not None else len(st.queues)
+    for stage in stages:
+        where = f"{stage.name} ({workers} workers, {opts})"
+        assert stage.reorder.pending() == 0, f"units left in the reorder buffer of {where}"
+        assert stage.credits.available() == stage.capacity, f"dequeue credits not given back in {where}"
+        queued = len(stage.worklist) if stage.worklist is not None else len(stage.queues)
         assert queued == 0, f"units left in the worklist of {where}"
-        if st.is_hybrid:
-            assert all(c.load() == 0 for c in st.queues.count), f"a bucket count is not 0 in {where}"
+        if stage.is_hybrid:
+            assert all(c.load() == 0 for c in stage.queues.count), f"a bucket count is not 0 in {where}"
     return by_operator(res), stats
 
 
@@ -377,15 +377,29 @@ def test_scheduler_invariants_at_every_decision(monkeypatch, rich):
     assert seen["decisions"] > 50 and seen["sf_max"] == 1 and seen["early"] > 0
 
 
+def run_on_five_workers(op_cls, items, sink_cls):
+    """Feed(items) -> op_cls -> sink_cls under policy ordered (CT) with 5 workers; the
+    sink's result."""
+    from bobox_sched import Plan
+    from ordered_ops import Feed
+
+    plan = Plan(op_cls.__name__)
+    plan.add("src", Feed, items)
+    plan.add("op", op_cls)
+    plan.add("sink", sink_cls)
+    plan.chain("src", "op", "sink")
+    with Scheduler(policy="ordered", threads_per_node=5, pin=False, heuristic="ct") as s:
+        return s.submit(plan).result(WAIT_S)
+
+
 def test_stateless_operator_runs_on_several_workers_at_once():
     """Parallelism is real: a slow stateless operator is inside several workers at once
     (the guard's peak), and never more than it declared."""
     import time
 
-    from bobox_sched import Plan, Sink, StreamOperator
-    from bobox_sched.packet import Packet
+    from bobox_sched import Sink, StreamOperator
     from bobox_sched.stream import model as M
-    from ordered_ops import Feed, Guard
+    from ordered_ops import Guard
 
     guard = Guard(3)
 
@@ -401,14 +415,7 @@ def test_stateless_operator_runs_on_several_workers_at_once():
             finally:
                 guard.leave()
 
-    items = [{"k": np.arange(3), "x": np.arange(3) + i} for i in range(60)]
-    plan = Plan("slow")
-    plan.add("src", Feed, items)
-    plan.add("slow", Slow)
-    plan.add("sink", Sink)
-    plan.chain("src", "slow", "sink")
-    with Scheduler(policy="ordered", threads_per_node=5, pin=False, heuristic="ct") as s:
-        out = s.submit(plan).result(WAIT_S)
+    out = run_on_five_workers(Slow, [{"k": np.arange(3), "x": np.arange(3) + i} for i in range(60)], Sink)
     assert [int(p["x"][0]) for p in out] == list(range(60))
     assert not guard.violations and 2 <= guard.peak <= 3
 
@@ -419,11 +426,10 @@ def test_partitioned_operator_runs_on_several_workers_but_not_beyond_declared():
     rows still arrive in order."""
     import time
 
-    from bobox_sched import Plan
     from bobox_sched.packet import Packet
     from bobox_sched.stream import model as M
     from bobox_sched.stream.partitioned import PartitionedOperator
-    from ordered_ops import Feed, Guard, Record
+    from ordered_ops import Guard, Record
 
     guard = Guard(2)
 
@@ -445,13 +451,7 @@ def test_partitioned_operator_runs_on_several_workers_but_not_beyond_declared():
                 guard.leave(b)
 
     items = [{"k": np.arange(16, dtype=np.int64), "x": np.full(16, i, np.int64)} for i in range(20)]
-    plan = Plan("slow-ps")
-    plan.add("src", Feed, items)
-    plan.add("ps", SlowPS)
-    plan.add("sink", Record)
-    plan.chain("src", "ps", "sink")
-    with Scheduler(policy="ordered", threads_per_node=5, pin=False, heuristic="ct") as s:
-        res = s.submit(plan).result(WAIT_S)
+    res = run_on_five_workers(SlowPS, items, Record)
     k, x = np.frombuffer(res["k"], np.int64), np.frombuffer(res["x"], np.int64)
     assert res["rows"] == 16 * 20
     for key in range(16):
