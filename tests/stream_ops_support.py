@@ -1,8 +1,11 @@
 """Helpers of the stream-operator tests (tests/test_stream_ops*.py): a source that emits
 a scripted list of packets and punctuations, a sink that records everything in order,
-random packetisations, and one scheduler per policy."""
+random packetisations, one scheduler per policy, and a bounded wait for another
+thread (`wait_for`)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +15,17 @@ from bobox_sched.stream import model as M
 from bobox_sched.stream.punct import Punctuation
 
 POLICIES = ["bobox", "simple", "streams"]
+
+
+def wait_for(cond, timeout, poll=0.01) -> bool:
+    """Poll `cond` until it holds or `timeout` seconds passed (a bound on a wait for
+    something another thread does, not a timing assertion); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return bool(cond())
+        time.sleep(poll)
+    return True
 
 
 class Feed(Source):

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ops import Guarded
+from stream_ops_support import wait_for
 from test_stress import build_plan, check_result, random_dags
 
 from bobox_sched import BoboxError, Operator, Plan, Scheduler, Source, StreamOperator
@@ -32,11 +33,7 @@ WAIT_S = 120
 
 def until(cond, timeout=20.0):
     """Wait for `cond()` (a liveness bound, not a timing assertion)."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.002)
+    assert wait_for(cond, timeout, poll=0.002), "condition not reached"
 
 
 # -- SPSCEnforcer, port records and the free list, without threads --------------------------

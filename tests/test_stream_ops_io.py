@@ -25,7 +25,7 @@ from operators.expr import col
 from operators.stream import (END_FRAME, CountSink, EventSource, Map, ParquetReplay, ParquetSink, SocketSource,
                               Tumbling, WindowAggregate, arrow_frame, events, format_report, report_table,
                               stream_report)
-from stream_ops_support import POLICIES, Feed, Record, cut, rows, scheds  # noqa: F401
+from stream_ops_support import POLICIES, Feed, Record, cut, rows, scheds, wait_for  # noqa: F401
 
 DT = {"ts": np.int64, "k": np.int64, "v": np.float64}
 
@@ -49,17 +49,6 @@ def tmp_sizes(folder) -> list:
             except FileNotFoundError:
                 pass
     return sizes
-
-
-def wait_for(cond, timeout) -> bool:
-    """Poll `cond` until it holds or `timeout` seconds passed (a bound on a wait for
-    something another thread does, not a timing assertion); returns its last value."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return bool(cond())
-        time.sleep(0.01)
-    return True
 
 
 # -- Parquet sink ------------------------------------------------------------------------------
