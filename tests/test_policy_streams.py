@@ -756,18 +756,23 @@ def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
 
 # -- deep pipelines ---------------------------------------------------------------------------
 
+def pipeline(name, n_tuples, n_ops, sink=None):
+    """Count(n_tuples) -> n_ops x Inc -> sink (Collect by default): the plan and its
+    operators' names in order."""
+    plan = Plan(name)
+    plan.add("src", Count, n_tuples)
+    names = ["src"] + [f"op{i}" for i in range(n_ops)] + ["sink"]
+    for op in names[1:-1]:
+        plan.add(op, Inc)
+    plan.add("sink", sink or Collect)
+    plan.chain(*names)
+    return plan, names
+
+
 @pytest.mark.parametrize("model", ["dynamic", "manual"])
 def test_a_1000_operator_pipeline_with_queue_capacity_1(model):
     n_ops = 1000
-    plan = Plan("deep")
-    plan.add("src", Count, 30)
-    names = ["src"]
-    for i in range(n_ops):
-        plan.add(f"op{i}", Inc)
-        names.append(f"op{i}")
-    plan.add("sink", Collect)
-    names.append("sink")
-    plan.chain(*names)
+    plan, _ = pipeline("deep", 30, n_ops)
     kw = {"threads": 2} if model == "dynamic" else {}
     with streams(model=model, queue_capacity=1, **kw) as s:
         h = s.submit(plan)
@@ -805,18 +810,8 @@ def test_a_recursion_overflow_in_nested_executions_fails_the_request(model, monk
 
     monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
     n_ops = 100  # about 700 frames nested: well past the lowered limits
-    plan = Plan("deep")
-    plan.add("src", Count, 150)
-    names = ["src"] + [f"op{i}" for i in range(n_ops)] + ["sink"]
-    for name in names[1:-1]:
-        plan.add(name, Inc)
-    plan.add("sink", Collect)
-    plan.chain(*names)
-    short = Plan("short")
-    short.add("src", Count, 10)
-    short.add("a", Inc)
-    short.add("sink", Collect)
-    short.chain("src", "a", "sink")
+    plan, names = pipeline("deep", 150, n_ops)
+    short, _ = pipeline("short", 10, 1)
     # Room for this thread (submit and result go a few dozen frames deeper); the other
     # threads of the scheduler stay shallow, the source's thread starts from the bottom.
     base = stack_depth() + 200
@@ -858,13 +853,7 @@ def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkey
 
     monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
     n_ops = 30
-    plan = Plan("deep-error")
-    plan.add("src", Count, n_ops + 10)
-    names = ["src"] + [f"op{i}" for i in range(n_ops)] + ["sink"]
-    for name in names[1:-1]:
-        plan.add(name, Inc)
-    plan.add("sink", Bottom)
-    plan.chain(*names)
+    plan, _ = pipeline("deep-error", n_ops + 10, n_ops, sink=Bottom)
     kw = {"threads": 1} if model == "dynamic" else {}
     with streams(model=model, queue_capacity=1, **kw) as s:
         if model == "dynamic":
