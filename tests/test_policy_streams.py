@@ -841,6 +841,52 @@ class Bottom(StreamOperator):
         raise ValueError("failed at the bottom of the stack")
 
 
+class _StateLockOverflows:
+    """An operator state lock whose acquire raises, as a call at the bottom of the stack
+    does (RecursionError): the consumer lock taken before it must be given back."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def acquire(self, blocking=True):
+        self.calls += 1
+        raise RecursionError("maximum recursion depth exceeded (planted)")
+
+    def release(self):
+        raise AssertionError("released a lock that was never taken")
+
+
+@pytest.mark.parametrize("model", ["manual", "dynamic"])
+def test_an_overflow_taking_the_state_lock_leaves_the_port_unlocked(model):
+    """reSchedule (dynamic) and the direct call (manual) take the port's consumer lock,
+    then its operator's state lock: an error at the second must not leave the first held
+    (streams_runtime, "Failures and the stack"), or the port could never run again."""
+    from types import SimpleNamespace
+
+    from bobox_sched.policies.streams import StreamsPolicy
+    from bobox_sched.policies.threading_models import ManualPolicy
+
+    op = FakeOp("gate", inputs=("a", "b"))
+    op._bx_finished = False
+    mutex = _StateLockOverflows()
+    port = PortRecord(op, 0, 1, mutex, False)
+    ran = []
+    pol = SimpleNamespace(resched_limit=0, g_shutdown=False, g_ports_closed=False,
+                          execute=lambda w, port, item: ran.append(item))
+    w = SimpleNamespace(is_scheduler_thread=False, reschedules=0)
+    if model == "dynamic":
+        assert port.q.push("first")  # full at capacity 1: the next push fails
+        assert not port.q.push("second")
+        with pytest.raises(RecursionError):
+            StreamsPolicy.re_schedule(pol, w, port, "second")
+        assert list(port.q.queue) == ["first"]
+    else:
+        with pytest.raises(RecursionError):
+            ManualPolicy.push_item(pol, w, port, "first")
+    assert mutex.calls == 1 and ran == []
+    assert not port.q.cons.locked() and not port.q.prod.locked()
+
+
 @pytest.mark.parametrize("model", ["manual", "dynamic"])
 def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkeypatch):
     """An ordinary error in a nested execution with fewer frames left than failing the

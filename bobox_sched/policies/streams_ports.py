@@ -96,8 +96,11 @@ class SPSCEnforcer:
     def pop(self):
         """The oldest tuple, or EMPTY. Only the holder of ``cons`` calls this (a retiring
         request may empty the queue concurrently: that is a failed pop too)."""
+        q = self.queue
+        if not q:
+            return EMPTY  # the common failed pop, without raising IndexError
         try:
-            return self.queue.popleft()
+            return q.popleft()
         except IndexError:
             return EMPTY
 
