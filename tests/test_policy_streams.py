@@ -23,7 +23,6 @@ from stream_ops_support import wait_for
 from test_stress import build_plan, check_result, random_dags
 
 from bobox_sched import BoboxError, Operator, Plan, Scheduler, Source, StreamOperator
-from bobox_sched.operator import EOS
 from bobox_sched.policies.streams_ports import EMPTY, PortRecord, PortTable, SPSCEnforcer, find_work_non_blocking
 from bobox_sched.policies.streams_threads import StreamsWorker, placement
 from bobox_sched.stream import model as M
