@@ -7,8 +7,10 @@ operator finished (DONE), when an operator raised (FAILED) or by ``cancel()``
 released while the handle still answers ``result()`` and ``stats``.
 
 Protocol: ``state`` moves once, from ACTIVE to a final state, under ``_lock``; the thread
-that moves it does the clean-up. Workers read ``state`` without the lock (an attribute
-read) and drop tasks of a request that is no longer ACTIVE.
+that moves it does the clean-up and completes the future, even when a clean-up step
+raises (then a request that was completing moves on once more, DONE -> FAILED, under the
+lock: ``_end``). Workers read ``state`` without the lock (an attribute read) and drop
+tasks of a request that is no longer ACTIVE.
 """
 
 from __future__ import annotations
@@ -115,41 +117,82 @@ class Request:
                 return False
             self.state = state
             self.failed_operator = failed_operator
+        # Whatever a step of the clean-up raises (a policy's request_done, the stats), the
+        # scheduler forgets the request and its future completes: otherwise result() and
+        # shutdown() would wait forever. A request that was completing fails with that
+        # error instead (state DONE -> FAILED: the one second move, between two final
+        # states, which workers cannot tell apart); one that was failing or cancelled keeps
+        # its own error, with a note naming the clean-up's.
+        err = None
+        results = None
+        try:
+            results = self._clean_up(state, exc)
+        except BaseException as e:  # noqa: BLE001 - reported through the future, below
+            err = e
+        try:
+            # The scheduler forgets the request before the future completes: a done
+            # callback may call shutdown(), which waits for every request to be forgotten.
+            self.scheduler._request_ended(self)
+        finally:
+            if err is None:
+                if state == self.DONE:
+                    self.future.set_result(next(iter(results.values())) if len(results) == 1 else results)
+                else:
+                    self.future.set_exception(exc)
+            else:
+                self._end_after_error(state, exc, err)
+        return True
+
+    def _clean_up(self, state: str, exc: BaseException | None) -> dict:
+        """Everything between the state's move and the future: drop the operators and
+        their buffers, keep the stats and the failure's traceback. Returns the results."""
         self.t_end = time.perf_counter()
         self.final_nodes = [n.os_index for n in self.nodes]
-        self.policy.request_done(self)
-        self._final_stats = self.scheduler._collect_request_stats(self)
-        ops = self.ops
-        self.ops = None  # drop operator state (hash tables, stashed packets, ...)
-        self.sources = []
-        self.deferred.clear()
-        if ops:
-            # Input buffers (deques with atomic steps) are dropped now. Outboxes
-            # belong to whichever thread may still be running the operator: that thread
-            # drops them (run_task sees the request is over).
-            for op in ops.values():
-                for q in op._bx_inq:
-                    q.clear()  # one atomic step each; a racing sender's packet dies with op
-                op._bx_waiters.clear()
-        results = self.results
-        if state != self.DONE:
-            self.results = {}
-            # Keep the traceback (file, line, function of every frame) but drop the
-            # frames' local variables: they hold the packets and operator state that
-            # the failed request must release.
-            traceback.clear_frames(exc.__traceback__)
-            # The traceback as it is now (from the operator's run down to the raise):
-            # every result()/exception() shows this one (see RequestHandle.result).
+        try:
+            self.policy.request_done(self)
+            self._final_stats = self.scheduler._collect_request_stats(self)
+        finally:  # the operators and their buffers are dropped even if those raised
+            ops = self.ops
+            self.ops = None  # drop operator state (hash tables, stashed packets, ...)
+            self.sources = []
+            self.deferred.clear()
+            if ops:
+                # Input buffers (deques with atomic steps) are dropped now. Outboxes
+                # belong to whichever thread may still be running the operator: that thread
+                # drops them (run_task sees the request is over).
+                for op in ops.values():
+                    for q in op._bx_inq:
+                        q.clear()  # one atomic step each; a racing sender's packet dies with op
+                    op._bx_waiters.clear()
+            results = self.results
+            if state != self.DONE:
+                self.results = {}
+                # Keep the traceback (file, line, function of every frame) but drop the
+                # frames' local variables: they hold the packets and operator state that
+                # the failed request must release.
+                traceback.clear_frames(exc.__traceback__)
+                # The traceback as it is now (from the operator's run down to the raise):
+                # every result()/exception() shows this one (see RequestHandle.result).
+                self.exc_tb = exc.__traceback__
+                self.exc_context = exc.__context__
+        return results
+
+    def _end_after_error(self, state: str, exc: BaseException | None, err: BaseException) -> None:
+        """Complete the future when the clean-up raised `err` (see ``_end``)."""
+        where = f"raised while ending request {self.id} ({self.name})"
+        if state == self.DONE or exc is None:
+            with self._lock:
+                self.state = self.FAILED
+            err.add_note(f"bobox: {where}; the request had completed")
+            exc = err
+        else:
+            exc.add_note(f"bobox: {type(err).__name__}: {err} {where} (after this error)")
+        traceback.clear_frames(err.__traceback__)  # as for the failure: the clean-up's locals hold the operators
+        if self.exc_tb is None:
             self.exc_tb = exc.__traceback__
             self.exc_context = exc.__context__
-        # The scheduler forgets the request before the future completes: a done callback
-        # may call shutdown(), which waits for every request to be forgotten.
-        self.scheduler._request_ended(self)
-        if state == self.DONE:
-            self.future.set_result(next(iter(results.values())) if len(results) == 1 else results)
-        else:
-            self.future.set_exception(exc)
-        return True
+        self.results = {}
+        self.future.set_exception(exc)
 
     def record_marker(self, marker) -> None:
         """A latency marker reached a sink: record ingress-to-egress time."""

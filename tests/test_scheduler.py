@@ -400,3 +400,40 @@ def test_task_stats_off_runs_the_same_and_reads_no_clock(policy):
         assert st["tasks"] > 8 * 65
         assert st["busy_s"] == 0
         assert handles[0].stats["tasks"] == 0  # no per-request step counter
+
+
+@pytest.mark.parametrize("policy", POLICIES + ["streams"])
+@pytest.mark.parametrize("failing", [False, True])
+def test_a_request_ends_even_when_its_clean_up_raises(policy, failing):
+    """The clean-up after a request's last operator (or its failure) raises: the request
+    still ends (result() answers instead of waiting forever), with that error when it had
+    completed, or with its own error and a note naming the clean-up's when it had failed;
+    the scheduler runs the next request and shuts down."""
+    s = Scheduler(policy=policy)
+    try:
+        orig = s.policy.request_done
+        calls = []
+
+        def request_done(req):
+            calls.append(req.id)
+            orig(req)
+            if len(calls) == 1:
+                raise RuntimeError("planted clean-up error")
+
+        s.policy.request_done = request_done
+        h = s.submit(chain_plan(2000, 100, mid=(Boom,) if failing else (Double,), name="first"))
+        if failing:
+            with pytest.raises(KeyError, match="boom at packet 3") as ei:
+                h.result(30)
+            assert any("RuntimeError: planted clean-up error" in n for n in ei.value.__notes__)
+            assert h.failed_operator == "m0"
+        else:
+            with pytest.raises(RuntimeError, match="planted clean-up error") as ei:
+                h.result(30)
+            assert any("the request had completed" in n for n in ei.value.__notes__)
+        assert h.state == "failed" and h.done() and h._request.ops is None
+        assert s.submit(chain_plan(2000, 100, name="second")).result(30) == 2 * sum(range(2000))
+        assert len(calls) == 2
+        s.shutdown()  # returns: no request is left behind
+    finally:
+        s.shutdown(wait=False, cancel=True)  # after a failed assertion: do not wait for a stuck request
