@@ -179,14 +179,14 @@ class Request:
 
     def _end_after_error(self, state: str, exc: BaseException | None, err: BaseException) -> None:
         """Complete the future when the clean-up raised `err` (see ``_end``)."""
-        where = f"raised while ending request {self.id} ({self.name})"
+        req = f"request {self.id} ({self.name})"
         if state == self.DONE or exc is None:
             with self._lock:
                 self.state = self.FAILED
-            err.add_note(f"bobox: {where}; the request had completed")
+            err.add_note(f"bobox: raised while ending {req}, which had completed")
             exc = err
         else:
-            exc.add_note(f"bobox: {type(err).__name__}: {err} {where} (after this error)")
+            exc.add_note(f"bobox: ending {req} after this error also raised {type(err).__name__}: {err}")
         traceback.clear_frames(err.__traceback__)  # as for the failure: the clean-up's locals hold the operators
         if self.exc_tb is None:
             self.exc_tb = exc.__traceback__

@@ -430,7 +430,7 @@ def test_a_request_ends_even_when_its_clean_up_raises(policy, failing):
         else:
             with pytest.raises(RuntimeError, match="planted clean-up error") as ei:
                 h.result(30)
-            assert any("the request had completed" in n for n in ei.value.__notes__)
+            assert any("which had completed" in n for n in ei.value.__notes__)
         assert h.state == "failed" and h.done() and h._request.ops is None
         assert s.submit(chain_plan(2000, 100, name="second")).result(30) == 2 * sum(range(2000))
         assert len(calls) == 2
