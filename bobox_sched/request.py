@@ -124,7 +124,6 @@ class Request:
         # states, which workers cannot tell apart); one that was failing or cancelled keeps
         # its own error, with a note naming the clean-up's.
         err = None
-        results = None
         try:
             results = self._clean_up(state, exc)
         except BaseException as e:  # noqa: BLE001 - reported through the future, below

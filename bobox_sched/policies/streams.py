@@ -251,14 +251,10 @@ class StreamsPolicy(StreamsBase):
         it at once only cost a failed push per call), each retry after an attempt at the
         port. The operator's state lock is taken inside the consumer lock's ``try``: a
         RecursionError at that call (a nested execution at the bottom of the stack,
-        streams_runtime "Failures and the stack") must not leave the port locked.
-
-        Measured (an uncommitted driver over ``experiments.streams_exp.run_once``, mixed
-        graph, 100 operators, cost 1, 1 scheduler thread, old and new code alternating in
-        one process, 6 runs each, 2-core VM): 23.1k -> 25.8k sink tuples/s (1.12x),
-        22.0k -> 23.2k per CPU-second (1.06x); with the cheap failed pop of
-        ``SPSCEnforcer.pop``."""
+        streams_runtime "Failures and the stack") must not leave the port locked."""
         q = port.q
+        cons = q.cons
+        m = port.mutex
         req = port._bx_req
         rec = w if w.is_scheduler_thread else None
         limit = self.resched_limit
@@ -272,11 +268,9 @@ class StreamsPolicy(StreamsBase):
                 return
             if req.state is not req.ACTIVE or port.op._bx_finished:
                 return  # the request ended, or the receiver finished: drop
-            cons = q.cons
+            processed = 0
             if cons.acquire(False):
-                processed = 0
                 try:
-                    m = port.mutex
                     if m is None or m.acquire(False):
                         try:
                             while True:
@@ -297,17 +291,15 @@ class StreamsPolicy(StreamsBase):
                                 m.release()
                 finally:
                     cons.release()
-                if processed:
-                    w.reschedules += 1
-                    spins = 0
-                    if q.push(item):
-                        return
-                    continue
-            spins += 1
-            if spins <= RESCHED_SPINS:
-                _yield()
+            if processed:
+                w.reschedules += 1
+                spins = 0
             else:
-                time.sleep(min(RESCHED_SLEEP_MAX_S, RESCHED_SLEEP_S * (1 << min(spins - RESCHED_SPINS, 10))))
+                spins += 1
+                if spins <= RESCHED_SPINS:
+                    _yield()
+                else:
+                    time.sleep(min(RESCHED_SLEEP_MAX_S, RESCHED_SLEEP_S * (1 << min(spins - RESCHED_SPINS, 10))))
             if q.push(item):
                 return
 
