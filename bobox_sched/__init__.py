@@ -6,12 +6,17 @@ immediate and deferred tasks, locality-ordered workers pinned per NUMA node, sle
 on per-thread semaphores, and a 100 ms balancer that migrates or shares requests.
 """
 
-from .errors import BoboxError, OperatorError, OperatorStalled, RequestCancelled, RequestFailed, SchedulerShutdown
-from .operator import Context, Operator, Sink, Source, StreamOperator
-from .packet import Packet
-from .plan import Plan
-from .request import RequestHandle
-from .scheduler import Scheduler
+from bobox_sched.core.errors import BoboxError, OperatorError, OperatorStalled, RequestCancelled, RequestFailed, SchedulerShutdown
+from bobox_sched.core.operator import Context, Operator, Sink, Source, StreamOperator
+from bobox_sched.core.packet import Packet
+from bobox_sched.core.plan import Plan
+from bobox_sched.core.request import RequestHandle
+from bobox_sched.core.scheduler import Scheduler
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator
+
+# The layers above the core register what it finds by name (core/extensions.py).
+import bobox_sched.policies  # noqa: E402,F401 -- the four policies
+import bobox_sched.regions  # noqa: E402,F401 -- parallel regions: analyze_regions, parallelize
 
 __all__ = [
     "BoboxError",
@@ -20,6 +25,7 @@ __all__ = [
     "OperatorError",
     "OperatorStalled",
     "Packet",
+    "PartitionedOperator",
     "Plan",
     "RequestCancelled",
     "RequestFailed",

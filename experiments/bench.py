@@ -345,7 +345,7 @@ def bench_packets(count: int = 200_000, repeat: int = 7, rows: int = 1024) -> di
     int64 columns, counted in a request's byte account (what a worker's
     ``ctx.new_packet`` does: the only accounting level) and in none (the pool alone).
     Runs on the calling thread, no scheduler."""
-    from bobox_sched.packet import ByteTotals, NodePool, PacketSpec, new_packet
+    from bobox_sched.core.packet import ByteTotals, NodePool, PacketSpec, new_packet
 
     pool = NodePool(0, node_local=False)
     out = {}
@@ -381,7 +381,7 @@ def _timed_mix(sched: Scheduler, plans: dict, copies: int, rounds: int) -> dict:
     CPU time), CPU time obtained and time spent waiting for a CPU."""
     from operators.released import serial_fraction
 
-    from .workload import run_mix
+    from experiments.workload import run_mix
 
     best = None
     for _ in range(rounds):
@@ -439,7 +439,7 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
     from operators.tpch_sql import QUERIES as SQL
     from operators.tpch_sql import compare_tables, duckdb_answer
 
-    from .workload import build_plans, run_mix
+    from experiments.workload import build_plans, run_mix
 
     queries = queries or tpch.DEFAULT_MIX
     topo = topology.probe()

@@ -9,7 +9,7 @@ same figure, on the same concurrent TPC-H mix, in one run:
    (``--nonblocking``), while the mix runs over and over:
 
    * ``--idle --threads``: every thread's stack at every interval. A worker-thread sample
-     is *busy* when its stack is inside ``run_task`` (``bobox_sched/task.py``): the span
+     is *busy* when its stack is inside ``run_task`` (``bobox_sched/core/task.py``): the span
      the runtime times as ``busy_s``;
    * ``--gil --threads``: only the stack of the thread holding the GIL at that interval.
      A worker-thread sample inside ``run_task`` is busy *and* holding the GIL.
@@ -36,7 +36,7 @@ which changes nothing there) and clears it afterwards. Whether py-spy may read t
 process is checked with one ``py-spy dump`` before any work starts.
 
 Protocol: the mix loop runs on one helper thread; the two samplers are child processes
-started and waited for by two more threads (``bobox_sched.procs.run``: their group is
+started and waited for by two more threads (``experiments.cli.procs.run``: their group is
 killed if we are interrupted); the main thread waits for the samplers, then sets the
 loop's stop event and joins it. Only the loop thread submits; the result counters are
 written by it and read after the join.
@@ -55,7 +55,7 @@ import threading
 import time
 from pathlib import Path
 
-from bobox_sched.errors import BoboxError
+from bobox_sched.core.errors import BoboxError
 
 # Default sampling: 200 Hz for 6 s gives ~1200 intervals; on 1 worker busy ~95 % of
 # the time that is ~1100 busy samples, a standard error of ~0.006 at p = 0.04.
@@ -133,7 +133,7 @@ def parse_raw(text: str) -> list[tuple[int, list[str], int]]:
 
 
 def _busy(frames: list[str]) -> bool:
-    """Inside a task: a ``run_task`` frame of ``bobox_sched/task.py`` on the stack."""
+    """Inside a task: a ``run_task`` frame of ``bobox_sched/core/task.py`` on the stack."""
     return any(f.startswith("run_task (") and "task.py" in f for f in frames)
 
 
@@ -145,7 +145,7 @@ def worker_samples(rows, workers: set[int]) -> int:
 def _sampler(exe: str, pid: int, flags: list[str], seconds: float, rate: int, out: Path, box: dict, key: str):
     cmd = [exe, "record", "--nonblocking", "--threads", "--format", "raw", "--rate", str(rate),
            "--duration", str(max(1, round(seconds))), "--pid", str(pid), "--output", str(out), *flags]
-    from bobox_sched import procs
+    from experiments.cli import procs
 
     try:
         box[key] = procs.run(cmd, timeout=seconds * 4 + 60)
@@ -251,8 +251,8 @@ def bench_gil(data, queries=None, copies: int = 2, repeat: int = 3, seconds: flo
     from bobox_sched import Scheduler
     from operators import released, tpch
 
-    from .bench import _log, _timed_mix
-    from .workload import build_plans, run_mix
+    from experiments.bench import _log, _timed_mix
+    from experiments.workload import build_plans, run_mix
 
     exe = exe or find_pyspy()
     if not checked:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import topology as T
-from bobox_sched.errors import BoboxError
+from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
 CSV_COLUMNS = ["experiment", "host", "run_id", "series", "x", "metric", "value", "repeat", "unit"]
@@ -59,7 +59,7 @@ class Ctx:
     @property
     def data(self) -> Path:
         if self._data is None:
-            from .workload import ensure_data
+            from experiments.workload import ensure_data
 
             self._data = ensure_data(self.data_arg, self.sf, progress=self.progress)
         return self._data
@@ -251,7 +251,7 @@ def _mix_queries(ctx: Ctx) -> list[str]:
 
 
 def _timed_mix(sched, plans, copies) -> tuple[float, dict]:
-    from .workload import run_mix
+    from experiments.workload import run_mix
 
     res = run_mix(sched, plans, copies, check_equal=False)
     return res.wall_s, res.stats
@@ -275,7 +275,7 @@ def packet_sizes(topo: T.Topology, quick: bool) -> list[int]:
 
 
 def exp_packet_size(ctx: Ctx) -> dict:
-    from .workload import build_plans, choose_parallel
+    from experiments.workload import build_plans, choose_parallel
 
     rec = Recorder(ctx, "packet-size")
     queries = _mix_queries(ctx)
@@ -345,7 +345,7 @@ def exp_numa_placement(ctx: Ctx) -> dict:
         rec.write()
         write_section(ctx, "numa-placement", "Figure 2: memory placement", f"Skipped: {reason}.\n")
         return {"skipped": True, "reason": reason}
-    from .workload import build_plans, choose_parallel
+    from experiments.workload import build_plans, choose_parallel
 
     queries = _mix_queries(ctx)
     copies = 2 if ctx.quick else 4
@@ -392,7 +392,7 @@ def mixes(quick: bool) -> list[tuple[int, int]]:
 def exp_schedulers(ctx: Ctx) -> dict:
     from operators import tpch
 
-    from .workload import build_plans, choose_parallel, run_mix
+    from experiments.workload import build_plans, choose_parallel, run_mix
 
     rec = Recorder(ctx, "schedulers")
     data = ctx.data
@@ -497,7 +497,7 @@ def _simple_packet() -> int:
 def exp_balancer(ctx: Ctx) -> dict:
     from operators import tpch
 
-    from .workload import build_plans
+    from experiments.workload import build_plans
 
     rec = Recorder(ctx, "balancer")
     topo = ctx.topo
@@ -512,7 +512,7 @@ def exp_balancer(ctx: Ctx) -> dict:
         topo = virtual_topology(topo, k)
         note = (f"This machine has one NUMA node: its CPUs were split into {k} virtual nodes (the balancer acts on "
                 f"the scheduler's nodes; memory placement plays no part here).\n\n")
-    from .bench import heavy_plan
+    from experiments.bench import heavy_plan
 
     data = ctx.data
     copies = 2 if ctx.quick else 4

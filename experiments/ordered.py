@@ -50,16 +50,16 @@ from pathlib import Path
 import numpy as np
 
 import topology as T
-from bobox_sched.errors import BoboxError
+from bobox_sched.core.errors import BoboxError
 
-from .handoff import describe, wake_us
-from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
+from experiments.handoff import describe, wake_us
+from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 HEURISTICS = ("ct", "lp", "et", "qst")
 COST_MODE = ["compute"]  # "sleep" with --emulate (set by run_experiment)
 SIGMAS = (0.05, 0.1, 0.25, 0.5, 1.0, None)  # None: uniform
 # The queries' partitioned operators in figures 8 and 14: partitions="auto" (p = 2 x
-# workers, at most 100; bobox_sched/stream/partitioned.py). With the paper's p = 100 a
+# workers, at most 100; bobox_sched/policies/ordered/partitioned.py). With the paper's p = 100 a
 # packet is cut into up to 100 slices, each a fixed Python step under the GIL, and that
 # step, not the heuristic or the reorder scheme, sets the throughput: measured on the
 # 2-core machine (2026-11-25, 1M rows, 2 workers, median of 3), CT / LP on Q1 was 0.73

@@ -15,7 +15,7 @@ the CPUs this process may use; ``--workers N``):
 * ``bobox``, ``simple``: the two Bobox policies (``policies/bobox.py``, ``simple.py``);
 * ``bobox+regions``: ``bobox`` with ``submit(plan, parallelism=workers)``: the plan's
   parallel region (``filter -> map``, see ``plan.explain_regions()``) as that many
-  channels (``bobox_sched/stream/fission.py``);
+  channels (``bobox_sched/regions/fission.py``);
 * ``ordered-ct``/``-lp``/``-et``/``-qst``: Prasaad et al.'s ordered execution under each
   heuristic (``policies/ordered.py``). Filter and Map declare ``max_parallelism =
   workers`` (the stateless operators' declaration that policy reads; the other policies
@@ -69,20 +69,20 @@ import numpy as np
 from numba import njit
 
 from bobox_sched import Plan, StreamOperator
-from bobox_sched.errors import BoboxError
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Window
+from bobox_sched.core.errors import BoboxError
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Window
 from operators.stream.ordered_micro import _iterate
 
-from .handoff import describe, wake_us
-from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
+from experiments.handoff import describe, wake_us
+from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 NAME = "policies"
 
 # Per-row work of the Map: ITERS iterations of ordered_micro's rotation (16 dependent
 # multiply-adds each), ~3.5 ns per iteration measured here (``ns_per_iteration()``), so
 # ~0.45 us per row and ~1.8 ms per 4096-row packet: the kernel, not the runtime's Python
-# per packet and operator (tens of us, ``python -m operators.stream.bench``), dominates,
+# per packet and operator (tens of us, ``python -m experiments.stream_ops_bench``), dominates,
 # and the policies are compared on how they spread work over the workers.
 ITERS = 128
 ROWS_PER_PACKET = 4096  # fixed: every policy sees the same packets (simple's own size is 64 KiB)
@@ -276,7 +276,7 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
     rec = Recorder(ctx, NAME)
     plan = build_plan(rows, workers)
     cfgs = configs(workers, per_node)
-    from .regions import ceiling
+    from experiments.regions import ceiling
 
     load_before = os.getloadavg()
     ceil_before = ceiling(ctx.repeat)
@@ -518,7 +518,7 @@ def _workers(ctx: Ctx, arg: str | None) -> tuple[int, int | None]:
     nodes = len(ctx.topo.cpu_nodes)
     if arg is None:
         return len(ctx.topo.cpus), None
-    from bobox_sched import limits as L
+    from bobox_sched.core import limits as L
 
     try:
         n = int(arg)

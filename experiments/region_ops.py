@@ -16,10 +16,10 @@ import numpy as np
 from numba import njit
 
 from bobox_sched import Operator, Source, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Punctuation, Window
-from bobox_sched.stream.seq import SEQ, derive
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Punctuation, Window
+from bobox_sched.core.seq import SEQ, derive
 
 # ---------------------------------------------------------------------------------------
 # kernels
@@ -773,7 +773,7 @@ class PartitionedArraySource(ArraySource):
         self.state = M.Partitioned(key)
 
     def for_channel(self, i: int, n: int):
-        from bobox_sched.stream.splitter import channels_of
+        from bobox_sched.regions.splitter import channels_of
 
         ch = channels_of(self.columns, (self.key,), n)
         rows = np.flatnonzero(ch == i)

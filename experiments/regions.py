@@ -39,11 +39,11 @@ import time
 import numpy as np
 
 from bobox_sched import Plan
-from bobox_sched.stream.fission import parallelize
-from bobox_sched.stream.punct import Window
+from bobox_sched.regions.fission import parallelize
+from bobox_sched.control.punct import Window
 
-from . import region_ops as R
-from .locality import Ctx, Recorder, _md_table, _plt, _save, _scheduler, write_section
+from experiments import region_ops as R
+from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, _scheduler, write_section
 
 NAME = "regions"
 NKEYS = 1024
@@ -519,7 +519,7 @@ def run_experiment(args) -> dict:
 
     import topology as T
 
-    from bobox_sched.errors import BoboxError
+    from bobox_sched.core.errors import BoboxError
 
     out = Path(args.out)
     try:

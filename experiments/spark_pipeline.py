@@ -100,8 +100,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
-from bobox_sched import procs
-from bobox_sched.errors import BoboxError
+from experiments.cli import procs
+from bobox_sched.core.errors import BoboxError
 from bobox_sched.tools import find_tool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -617,9 +617,9 @@ def _find_tool(tool: str, hint: str | None) -> str:
 
 
 def _run_tool(cmd: list[str], what: str) -> None:
-    # Own process group, killed with this Python worker (bobox_sched.procs): a cancelled
+    # Own process group, killed with this Python worker (experiments.cli.procs): a cancelled
     # task (Ctrl-C of the driver) must not leave the generator writing on.
-    from bobox_sched import procs
+    from experiments.cli import procs
 
     proc = procs.run(cmd)
     if proc.returncode != 0:
@@ -658,7 +658,7 @@ def _datagen_pieces(cfg: dict, indexes):
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx else 0
     threads = max(1, ctx.cpus() if ctx else 1)
-    from bobox_sched import procs
+    from experiments.cli import procs
 
     exe = _find_tool(cfg["tool"], cfg["tool_hint"])
     version = procs.run([exe, "--version"], timeout=60).stdout.split()
@@ -783,7 +783,8 @@ def spark_datagen(sf: float, out, master: str = DEFAULT_MASTER, partitions: int 
     visible at the same path to the driver and every executor (a local path in local
     mode, a shared file system on a cluster). Returns `out` as an absolute Path.
     """
-    from operators.data import DataError, check_sf, fmt_sf, publish, staging_dir
+    from operators.data import DataError
+    from experiments.datagen import check_sf, fmt_sf, publish, staging_dir
 
     sf = check_sf(sf)
     if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
@@ -1170,7 +1171,7 @@ def _partial_task(cfg: dict, items):
 
     from operators import tpch_partial
 
-    from .workload import choose_parallel
+    from experiments.workload import choose_parallel
 
     items = list(items)
     ctx = TaskContext.get()
@@ -1358,7 +1359,7 @@ def spark_run_detailed(queries, data, output=None, master: str = DEFAULT_MASTER,
     """
     from bobox_sched.policies import get_policy
 
-    from .workload import write_results
+    from experiments.workload import write_results
 
     names = check_queries(queries)
     try:
@@ -1493,7 +1494,7 @@ def spark_report(result_dirs, out, master: str = DEFAULT_MASTER, spark=None, pro
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from bobox_sched.outputs import ResultSet, check_output_dir
+    from experiments.cli.outputs import ResultSet, check_output_dir
 
     groups = _experiment_csvs(result_dirs)
     out = check_output_dir(out, "report output")  # before the job, not after it
@@ -1542,7 +1543,7 @@ def spark_report(result_dirs, out, master: str = DEFAULT_MASTER, spark=None, pro
     report = out / "report.md"
     old = report.read_text() if report.is_file() else "# Experiments\n"
     # Each file atomically, then a manifest: a full disk never leaves a set that looks
-    # complete (bobox_sched.outputs.ResultSet).
+    # complete (experiments.cli.outputs.ResultSet).
     with ResultSet(out, REPORT_MANIFEST, what="report output") as rs:
         summary_csv = rs.write("summary.csv", write_summary)
         rs.write_text("report.md", _replace_section(old, section))
@@ -1612,7 +1613,7 @@ def bench_overhead(data, queries=None, repeat: int = 5, master: str = DEFAULT_MA
 
     from bobox_sched import Scheduler
 
-    from .workload import build_plans, choose_parallel, run_mix
+    from experiments.workload import build_plans, choose_parallel, run_mix
 
     names = check_queries(queries)
     if repeat < 1:

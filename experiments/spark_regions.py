@@ -38,15 +38,15 @@ from collections import deque
 import numpy as np
 
 from bobox_sched import Plan, Source, StreamOperator
-from bobox_sched.errors import BoboxError
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.channel import RR, SEQ_MODE, ChannelOperator
-from bobox_sched.stream.fission import DEFAULT_EPOCH
-from bobox_sched.stream.merger import LATTICE, ROUND_ROBIN, STRICT, UNORDERED, OrderedMerger
-from bobox_sched.stream.punct import Punctuation
-from bobox_sched.stream.regions import analyze
-from bobox_sched.stream.splitter import Router
+from bobox_sched.core.errors import BoboxError
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.regions.channel import RR, SEQ_MODE, ChannelOperator
+from bobox_sched.regions.fission import DEFAULT_EPOCH
+from bobox_sched.regions.merger import LATTICE, ROUND_ROBIN, STRICT, UNORDERED, OrderedMerger
+from bobox_sched.control.punct import Punctuation
+from bobox_sched.regions.analysis import analyze
+from bobox_sched.regions.splitter import Router
 
 # ---------------------------------------------------------------------------------------
 # items on the wire
@@ -231,7 +231,7 @@ class _Collect(StreamOperator):
 
 
 def _make_member(spec, mode, channel, degree, check):
-    from bobox_sched.stream.fission import make_channel
+    from bobox_sched.regions.fission import make_channel
 
     return make_channel(spec, mode, channel, degree, check)
 
@@ -257,7 +257,7 @@ def _channel_task(cfg: dict, parts):
 
     from pyspark import TaskContext
 
-    from .spark_pipeline import _executor_scheduler
+    from experiments.spark_pipeline import _executor_scheduler
 
     ctx = TaskContext.get()
     sched = _executor_scheduler(cfg["policy"], cfg["threads_per_node"], None, ctx.cpus())
@@ -309,7 +309,7 @@ def spark_region_run(plan: Plan, degree: int = 2, *, region=None, ordering: str 
     (per-channel order kept), as partitions arriving from executors would."""
     from bobox_sched import Scheduler
 
-    from .spark_pipeline import spark_session
+    from experiments.spark_pipeline import spark_session
 
     if not isinstance(degree, int) or degree < 1:
         raise BoboxError(f"degree must be a positive integer, got {degree!r}")

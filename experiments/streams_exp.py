@@ -60,11 +60,11 @@ import time
 import numpy as np
 
 from bobox_sched import Scheduler
-from bobox_sched.errors import RequestCancelled
+from bobox_sched.core.errors import RequestCancelled
 
-from .handoff import describe, wake_us
-from .locality import Recorder, _md_table, _plt, _save, write_section
-from .streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
+from experiments.handoff import describe, wake_us
+from experiments.locality import Recorder, _md_table, _plt, _save, write_section
+from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
@@ -80,7 +80,7 @@ GRAPH_SLOTS = 1000
 
 
 def input_ports(shape: str, n_ops: int) -> int:
-    from .streams_ops import MIXED_WIDTH, n_workers
+    from experiments.streams_ops import MIXED_WIDTH
 
     n = n_workers(shape, n_ops)
     return {"pipeline": n + 1, "dp": 1 + 2 * n, "mixed": 1 + n + MIXED_WIDTH}[shape]
@@ -512,6 +512,25 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
 
 
 
+def parse_shapes(v: str | None) -> tuple[str, ...] | None:
+    """--shapes LIST of the streams experiment: the named graph shapes in the order of
+    ``streams_ops.SHAPES`` (None: all); a one-line error for a bad list."""
+    from bobox_sched.core.errors import BoboxError
+
+    from experiments.streams_ops import SHAPES
+
+    if v is None:
+        return None
+    xs = [x.strip() for x in v.split(",")]
+    bad = [x for x in xs if x not in SHAPES]
+    if bad:
+        raise BoboxError(f"--shapes: {bad[0]!r} is not a graph shape; pick from {', '.join(SHAPES)}, comma separated")
+    dup = next((x for x in SHAPES if xs.count(x) > 1), None)
+    if dup:
+        raise BoboxError(f"--shapes: {dup!r} is named twice in {v!r}")
+    return tuple(x for x in SHAPES if x in xs)
+
+
 def run(args) -> dict:
     """``bobox experiment streams``: build the experiment context like the locality
     experiments do, run, print where the files are."""
@@ -520,10 +539,9 @@ def run(args) -> dict:
     from pathlib import Path
 
     import topology as T
-    from bobox_sched.errors import BoboxError
+    from bobox_sched.core.errors import BoboxError
 
-    from .experiment_cli import parse_shapes
-    from .locality import Ctx
+    from experiments.locality import Ctx
 
     out = Path(args.out)
     try:

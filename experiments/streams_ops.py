@@ -25,8 +25,8 @@ import numpy as np
 from numba import njit
 
 from bobox_sched import Operator, Plan, Source, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
 
 SHAPES = ("pipeline", "dp", "mixed")
 # Costs per row (FLOPs; per tuple with the paper's one-row tuples) per shape: Figs. 8

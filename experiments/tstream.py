@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import topology as T
-from bobox_sched.errors import BoboxError
+from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-from .handoff import describe, wake_us
-from .locality import Ctx, Recorder, _md_table, _plt, _save, write_section
+from experiments.handoff import describe, wake_us
+from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
 CORRECT = ("tstream", "lock", "mvlk", "pat")

@@ -28,7 +28,8 @@ def ensure_data(data: str | os.PathLike | None, sf: float | None, progress: bool
     """The data folder to use: `data` if given (it must hold the 8 tables unless `sf` is
     given too, then it is generated there if missing), else ``data/tpch-sf<sf>``
     generated on first use."""
-    from operators.data import DataError, datagen, find_tables
+    from operators.data import DataError, find_tables
+    from experiments.datagen import datagen
 
     if data is None:
         sf = DEFAULT_SF if sf is None else sf
@@ -49,7 +50,7 @@ def check_data(data) -> None:
     """Refuse, before any query runs, a data folder whose columns are not typed as TPC-H
     says (``l_shipdate`` as text or ``l_orderkey`` as float gave wrong answers, exit 0):
     one-line DataError naming the table, column, file, expected and found types."""
-    from operators.tpch_schema import check_data_types
+    from operators.data import check_data_types
 
     check_data_types(data)
 
@@ -260,11 +261,11 @@ def format_table(res: RunResult) -> str:
 def write_results(results: dict, out_dir, command=None) -> list[Path]:
     """``DIR/<query>.parquet`` for every result, each written atomically (temporary file,
     then rename), then ``DIR/_bobox_results.json`` listing them: a complete set
-    (``bobox_sched.outputs.ResultSet``). OutputError, one line, where a file cannot be
+    (``experiments.cli.outputs.ResultSet``). OutputError, one line, where a file cannot be
     written (a full disk): the folder then holds no manifest."""
     import pyarrow.parquet as pq
 
-    from bobox_sched.outputs import ResultSet
+    from experiments.cli.outputs import ResultSet
 
     paths = []
     with ResultSet(out_dir, command=command) as rs:

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from bobox_sched import Plan
 
-from . import ops as O
-from .expr import Expr, Schema, as_expr
+from operators import ops as O
+from operators.expr import Expr, Schema, as_expr
 
 
 class Query:
@@ -66,7 +66,7 @@ class Query:
     # -- sources ----------------------------------------------------------------------------
     def scan(self, table: str, columns: list[str], where: Expr | None = None,
              parallel: int | None = None) -> "Stream":
-        from .data import TableStore
+        from operators.data import TableStore
 
         k = parallel or self.parallel
         t = TableStore.open(self.data_dir).table(table)
@@ -86,7 +86,7 @@ class Query:
     def values(self, table, parallel: int | None = None) -> "Stream":
         """A source over an in-memory ``pyarrow.Table`` (strings are dictionary-encoded
         with a sorted dictionary, dates become int32 days, decimals float64)."""
-        from .expr import field_from_arrow
+        from operators.expr import field_from_arrow
 
         k = parallel or self.parallel
         fields, cols = [], {}
@@ -130,7 +130,7 @@ class Query:
         s._connect(s.parts[0], name, "in")
         self.output_schema = s.schema
         if self.fuse:
-            from .pipeline import fuse
+            from operators.pipeline import fuse
 
             return fuse(self)
         return self.plan

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from .expr import Arith, Case, Cmp, Col, Expr, IsIn, Like, Lit, Logic, Not, Schema, Year, _codes_of, compile_expr
-from .released import timed
+from operators.expr import Arith, Case, Cmp, Col, Expr, IsIn, Like, Lit, Logic, Not, Schema, Year, _codes_of, compile_expr
+from operators.released import timed
 
 _LOCK = threading.Lock()
 _KERNELS: dict[str, object] = {}

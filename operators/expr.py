@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bobox_sched.packet import PacketSpec
+from bobox_sched.core.packet import PacketSpec
 
 EPOCH = _dt.date(1970, 1, 1)
 

@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 
 from bobox_sched import Operator, Source, StreamOperator
-from bobox_sched.stream import model as M
-from bobox_sched.stream.seq import SEQ
+from bobox_sched.control import model as M
+from bobox_sched.core.seq import SEQ
 
-from . import codegen, kernels, released
-from .expr import Col, Compiled, Expr, Field, Schema
+from operators import codegen, kernels, released
+from operators.expr import Col, Compiled, Expr, Field, Schema
 
 K = released.timed_namespace(kernels)  # every kernel call counts as GIL-released time
 
@@ -226,7 +226,7 @@ class Filter(StreamOperator):
     forwarding = M.ALWAYS
     selectivity = None
     # Inside a parallel region its input carries seqnos (``__seq``): the fused kernel
-    # then copies them with the selected rows (bobox_sched.stream.seq).
+    # then copies them with the selected rows (bobox_sched.core.seq).
     seq_aware = True
 
     def __init__(self, schema: Schema, predicate: Expr):

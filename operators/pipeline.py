@@ -46,11 +46,11 @@ import numpy as np
 
 from bobox_sched import Operator, Plan
 
-from . import codegen, kernels
-from .codegen import Unsupported
-from .expr import Schema, compile_expr
-from .ops import HashAggregate, HashJoin, Project, Scan, Values
-from .ops import Filter as FilterOp
+from operators import codegen, kernels
+from operators.codegen import Unsupported
+from operators.expr import Schema, compile_expr
+from operators.ops import HashAggregate, HashJoin, Project, Scan, Values
+from operators.ops import Filter as FilterOp
 
 # Input rows a table-source pipeline processes per task, in packets of its source
 # columns (a packet is half the L2 by default). Nothing is materialised between the

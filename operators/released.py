@@ -4,7 +4,7 @@ Every heavy call of the operator library releases the GIL: the numba ``nogil`` k
 (``kernels.py``, ``codegen.py``, ``pipeline.py``) and a few numpy calls on large arrays
 (copies, concatenations, sorts). While the timing is on (:func:`enable`), each such call
 goes through a wrapper that adds its wall time to ``released_ns`` of the worker whose
-thread made the call (``bobox_sched.worker.current_worker``). The scheduler sums
+thread made the call (``bobox_sched.core.worker.current_worker``). The scheduler sums
 ``busy_s`` (time in tasks) and ``released_s`` over its workers, and
 
     serial_fraction = 1 - released / busy
@@ -39,7 +39,7 @@ import time
 import types
 from functools import wraps
 
-from bobox_sched.worker import current_worker
+from bobox_sched.core.worker import current_worker
 
 _on = False
 _cpu_on = False

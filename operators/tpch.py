@@ -9,8 +9,8 @@ key determines them (Q10), the IN-subquery of Q18 as a grouped semi-join.
 
 from __future__ import annotations
 
-from .builder import Query
-from .expr import case, col, date
+from operators.builder import Query
+from operators.expr import case, col, date
 
 REV = col("l_extendedprice") * (1 - col("l_discount"))
 

@@ -41,10 +41,10 @@ import pyarrow as pa
 
 from bobox_sched import Plan
 
-from . import tpch
-from .builder import Query
-from .expr import col
-from .tpch_sql import output_columns
+from operators import tpch
+from operators.builder import Query
+from operators.expr import col
+from operators.tpch_sql import output_columns
 
 REV = tpch.REV
 

@@ -8,7 +8,7 @@ TPC-H specification's type (clause 1.4: Identifier and Integer, Decimal, Date, f
 variable Text) before any work:
 
     check_types("lineitem", files, schemas, ["l_shipdate"])   # DataError naming both types
-    check_data_types("data/tpch-sf0.1")                        # every known column present
+    operators.data.check_data_types("data/tpch-sf0.1")         # every known column present
 
 Accepted Arrow types per kind (what ``operators.data`` converts, dictionary-encoded
 columns by their value type):
@@ -21,12 +21,10 @@ columns by their value type):
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pyarrow as pa
 
-from .data import DataError, find_tables
+from operators.errors import DataError
 
 _I, _D, _T, _S = "int", "decimal", "date", "string"
 
@@ -95,20 +93,4 @@ def check_types(table: str, files, schemas, columns=None) -> None:
                                 "the TPC-H plans would give wrong answers on it")
 
 
-def check_data_types(data_dir: str | os.PathLike) -> None:
-    """Check every TPC-H column of every file of a data folder (Parquet footers only)."""
-    import pyarrow.parquet as pq
-
-    for table, files in find_tables(data_dir).items():
-        schemas = []
-        for p in files:
-            try:
-                schemas.append(pq.read_schema(p))
-            except (pa.ArrowException, OSError, ValueError) as e:
-                text = str(e).strip().splitlines()
-                raise DataError(f"cannot read Parquet file {Path(p)}: {text[0] if text else type(e).__name__}") \
-                    from None
-        check_types(table, files, schemas)
-
-
-__all__ = ["COLUMNS", "EXPECTED", "kind_of", "check_types", "check_data_types"]
+__all__ = ["COLUMNS", "EXPECTED", "kind_of", "check_types"]

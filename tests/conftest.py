@@ -34,6 +34,6 @@ def hwloc_trees(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tpch(tmp_path_factory):
     """TPC-H SF 0.01 as Parquet, generated once per session."""
-    from operators.data import datagen
+    from experiments.datagen import datagen
 
     return datagen(0.01, tmp_path_factory.mktemp("tpch") / "sf0.01", progress=False)

@@ -99,6 +99,6 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
 def guest_data_dir() -> Path:
     """SF 0.01 TPC-H data where the guest can read it (inside the repository: the guest
     has its own /tmp). Generated once; ignored by git."""
-    from operators.data import datagen
+    from experiments.datagen import datagen
 
     return datagen(0.01, REPO / ".vmdata" / "tpch-sf0.01", progress=False)

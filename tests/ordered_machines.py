@@ -3,7 +3,7 @@
 
 Each worker is a program counter plus locals; each step is one line of the paper's
 pseudocode (one atomic action, as the GIL makes each of them in
-``bobox_sched/stream/reorder.py`` and ``hybrid.py``, whose comments carry the same line
+``bobox_sched/policies/ordered/reorder.py`` and ``hybrid.py``, whose comments carry the same line
 numbers). ``explore`` visits every reachable state once (depth-first, memoised), so all
 interleavings are covered, and checks the safety invariants at every state and the
 end-state properties at every final state. Mutations reproduce the bugs the tests must

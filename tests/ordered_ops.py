@@ -11,10 +11,10 @@ import time
 import numpy as np
 
 from bobox_sched import Plan, Scheduler, Source, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.partitioned import PartitionedOperator
-from bobox_sched.stream.punct import Punctuation, Window
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator
+from bobox_sched.control.punct import Punctuation, Window
 
 
 class Guard:

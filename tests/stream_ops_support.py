@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bobox_sched import Plan, Scheduler, Source, StreamOperator
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Punctuation
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Punctuation
 
 POLICIES = ["bobox", "simple", "streams"]
 

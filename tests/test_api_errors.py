@@ -11,18 +11,8 @@ import numpy as np
 import pytest
 from ops import CountSink, Double, Range, Slow, SumSink
 
-from bobox_sched import (
-    BoboxError,
-    Operator,
-    OperatorError,
-    OperatorStalled,
-    Packet,
-    Plan,
-    Scheduler,
-    Source,
-    StreamOperator,
-    task,
-)
+from bobox_sched import BoboxError, Operator, OperatorError, OperatorStalled, Packet, Plan, Scheduler, Source, StreamOperator
+from bobox_sched.core import task
 
 POLICIES = ["bobox", "simple"]
 # Generous bounds that only stop a hung test; nothing here asserts a duration.

@@ -37,11 +37,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bobox_sched import BoboxError, Scheduler, limits, outputs
-from bobox_sched.cli import build_parser
-from bobox_sched.scheduler import OversubscriptionWarning
-from operators.data import MANIFEST, DataError, TableStore, datagen, staging_dir
-from operators.tpch_schema import COLUMNS, check_data_types, check_types
+from bobox_sched import BoboxError, Scheduler
+from bobox_sched.core import limits
+from experiments.cli import outputs
+from experiments.cli.main import build_parser
+from bobox_sched.core.scheduler import OversubscriptionWarning
+from operators.data import MANIFEST, DataError, TableStore
+from experiments.datagen import datagen, staging_dir
+from operators.data import check_data_types
+from operators.tpch_schema import COLUMNS, check_types
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -363,7 +367,7 @@ def test_full_disk_leaves_no_complete_result_set(tpch, tmp_path):
         out = MNT / "out"
         result["listing"] = sorted(p.name for p in out.iterdir()) if out.exists() else None
         sys.path.insert(0, {str(ROOT)!r})
-        from bobox_sched.outputs import complete
+        from experiments.cli.outputs import complete
         result["complete"] = complete(out)
         result["datagen"] = bobox("datagen", "--sf", "0.01", "--out", MNT / "data")
         result["after"] = sorted(p.name for p in MNT.iterdir())
@@ -489,7 +493,7 @@ def test_a_kill_hidden_in_a_library_error_stays_a_kill():
     and its error replaces the kill (as ``__context__``): the Spark commands raise the kill
     again instead of reporting (or retrying) a failed job. The CI failure this covers:
     ``kill`` during ``spark datagen`` exited 2 with 'Answer from Java side is empty'."""
-    from bobox_sched import procs
+    from experiments.cli import procs
     from experiments.spark_pipeline import _job_error
 
     class CallSite:  # the shape of pyspark.traceback_utils.SCCallSiteSync

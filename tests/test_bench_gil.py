@@ -108,7 +108,8 @@ def test_pyspy_sees_a_nogil_kernel_release_the_gil(pyspy):
 
 
 def test_bench_gil_cli_refuses_without_pyspy(monkeypatch):
-    from bobox_sched import cli, tools
+    from bobox_sched import tools
+    from experiments.cli import main as cli
 
     monkeypatch.setattr(tools, "find_tool", lambda name: None)
     err = io.StringIO()
@@ -120,7 +121,7 @@ def test_bench_gil_cli_refuses_without_pyspy(monkeypatch):
 
 
 def test_bench_gil_cli_refuses_bad_numbers():
-    from bobox_sched import cli
+    from experiments.cli import main as cli
 
     for args in (["--seconds", "0"], ["--rate", "0"], ["--copies", "0"], ["q99"]):
         err = io.StringIO()

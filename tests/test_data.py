@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bobox_sched.tools import find_tool
-from operators.data import MANIFEST, TABLES, Column, DataError, TableStore, datagen, find_tables, read_manifest
+from operators.data import MANIFEST, TABLES, Column, DataError, TableStore, find_tables, read_manifest
+from experiments.datagen import datagen
 from operators.tpch_sql import QUERIES, compare_tables, duckdb_answer, output_columns
 
 # tpchgen-cli is a core dependency, found next to the interpreter (bobox_sched.tools).

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bobox_sched.policies.elastic import CpuGuard, Elasticity
+from bobox_sched.policies.streams.elastic import CpuGuard, Elasticity
 
 
 def visit(curve, periods=30, cpu_ok=lambda: True, **kw):

@@ -154,9 +154,9 @@ def test_bad_input(tmp_path):
 def test_an_experiment_marks_its_complete_set_with_a_manifest(tmp_path, monkeypatch):
     """The manifest lists the files the run wrote (sizes included) and is written last; a
     run that fails leaves no manifest, also none from an earlier run of the same name."""
-    from bobox_sched.cli import build_parser
-    from bobox_sched.outputs import complete
-    from experiments import experiment_cli
+    from experiments.cli.main import build_parser
+    from experiments.cli.outputs import complete
+    from experiments.cli import experiment as experiment_cli
 
     out = tmp_path / "out"
     manifest = "_bobox_experiment_numa-factor.json"

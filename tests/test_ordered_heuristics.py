@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from bobox_sched import Plan, Scheduler, Sink, Source, StreamOperator
-from bobox_sched.errors import BoboxError
-from bobox_sched.policies.ordered_heuristics import (
+from bobox_sched.core.errors import BoboxError
+from bobox_sched.policies.ordered.heuristics import (
     OpView,
     choose,
     choose_ct,
@@ -254,7 +254,7 @@ def test_bad_options_are_one_line_errors():
 
 
 def test_non_chains_are_refused_at_submit():
-    from bobox_sched.operator import Operator
+    from bobox_sched.core.operator import Operator
 
     class Two(Operator):
         inputs = ("a", "b")
@@ -276,7 +276,7 @@ def test_non_chains_are_refused_at_submit():
 
 
 def test_partitioned_state_needs_a_partitioned_operator():
-    from bobox_sched.stream import model as M
+    from bobox_sched.control import model as M
 
     class Keyed(StreamOperator):
         state = M.Partitioned("k")
@@ -296,10 +296,10 @@ def test_partitioned_state_needs_a_partitioned_operator():
 
 
 def test_processing_latency_markers_and_decision_cost():
-    from bobox_sched.stream import model as M
-    from bobox_sched.stream.sources import GeneratorSource
+    from bobox_sched.control import model as M
+    from bobox_sched.core.sources import GeneratorSource
 
-    from bobox_sched.packet import Packet
+    from bobox_sched.core.packet import Packet
 
     def make(ctx, i):
         return None if i >= 50 else Packet({"x": np.arange(100) + i})
@@ -336,7 +336,7 @@ def test_wake_prefers_an_idle_worker_on_the_packets_node():
     import threading
     import types
 
-    from bobox_sched.policies.ordered import OrderedPolicy
+    from bobox_sched.policies.ordered.policy import OrderedPolicy
 
     class W:
         def __init__(self, node):
@@ -363,8 +363,8 @@ def test_wake_prefers_an_idle_worker_on_the_packets_node():
 
 
 def test_bucket_state_moves_to_the_node_of_its_last_owner():
-    from bobox_sched.stream import model as M
-    from bobox_sched.stream.partitioned import PartitionedOperator
+    from bobox_sched.control import model as M
+    from bobox_sched.policies.ordered.partitioned import PartitionedOperator
 
     class P(PartitionedOperator):
         state = M.Partitioned("k")
@@ -387,9 +387,9 @@ def test_numa_tiebreak_run_on_virtual_nodes():
     from topology.virtual import virtual_topology
 
     from bobox_sched import Plan, Sink
-    from bobox_sched.stream import model as M
-    from bobox_sched.stream.sources import GeneratorSource
-    from bobox_sched.packet import Packet
+    from bobox_sched.control import model as M
+    from bobox_sched.core.sources import GeneratorSource
+    from bobox_sched.core.packet import Packet
 
     class Map(StreamOperator):
         state = M.STATELESS

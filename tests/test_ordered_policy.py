@@ -19,7 +19,7 @@ from ordered_ops import GUARDS, build, make_items
 from ordered_ops import sequential as _sequential
 
 from bobox_sched import Scheduler
-from bobox_sched.policies import ordered as OP
+from bobox_sched.policies.ordered import policy as OP
 
 WAIT_S = 120  # far above an honest run (~0.1 s): a deadlock fails, not hangs
 
@@ -224,7 +224,7 @@ def test_end_of_stream_with_capacity_1_and_one_packet_buffers(rich, scheme, reor
 
 
 def test_empty_stream_and_only_punctuations():
-    from bobox_sched.stream.punct import Window
+    from bobox_sched.control.punct import Window
 
     for items in ([], [Window(1), Window(2)], [{"k": np.zeros(0, np.int64), "x": np.zeros(0, np.int64)}]):
         ref = sequential(RICH_CHAIN, items)
@@ -296,8 +296,8 @@ def test_auto_partitions_of_a_copied_instance():
 
 
 def test_auto_partitions_refused_with_range_bounds():
-    from bobox_sched.stream import model as M
-    from bobox_sched.stream.partitioned import PartitionedOperator
+    from bobox_sched.control import model as M
+    from bobox_sched.policies.ordered.partitioned import PartitionedOperator
 
     class R(PartitionedOperator):
         state = M.Partitioned("k")
@@ -398,7 +398,7 @@ def test_stateless_operator_runs_on_several_workers_at_once():
     import time
 
     from bobox_sched import Sink, StreamOperator
-    from bobox_sched.stream import model as M
+    from bobox_sched.control import model as M
     from ordered_ops import Guard
 
     guard = Guard(3)
@@ -426,9 +426,9 @@ def test_partitioned_operator_runs_on_several_workers_but_not_beyond_declared():
     rows still arrive in order."""
     import time
 
-    from bobox_sched.packet import Packet
-    from bobox_sched.stream import model as M
-    from bobox_sched.stream.partitioned import PartitionedOperator
+    from bobox_sched.core.packet import Packet
+    from bobox_sched.control import model as M
+    from bobox_sched.policies.ordered.partitioned import PartitionedOperator
     from ordered_ops import Guard, Record
 
     guard = Guard(2)
@@ -476,7 +476,7 @@ def test_concurrent_requests_each_ordered(rich):
 
 def test_an_operator_that_raises_fails_only_its_request():
     from bobox_sched import Plan, StreamOperator
-    from bobox_sched.stream import model as M
+    from bobox_sched.control import model as M
     from ordered_ops import Feed, Record
 
     class Boom(StreamOperator):
@@ -505,9 +505,9 @@ def test_an_operator_that_raises_fails_only_its_request():
 
 def test_cancel_an_unbounded_stream():
     from bobox_sched import Plan
-    from bobox_sched.errors import RequestCancelled
-    from bobox_sched.packet import Packet
-    from bobox_sched.stream.sources import GeneratorSource
+    from bobox_sched.core.errors import RequestCancelled
+    from bobox_sched.core.packet import Packet
+    from bobox_sched.core.sources import GeneratorSource
     from ordered_ops import PS, Record
 
     def make(ctx, i):

@@ -25,8 +25,8 @@ from __future__ import annotations
 import pytest
 from test_task_races import every_point, preempt_at
 
-from bobox_sched.stream.hybrid import HybridQueue
-from bobox_sched.stream.reorder import EMPTY, ReorderBuffer
+from bobox_sched.policies.ordered.hybrid import HybridQueue
+from bobox_sched.policies.ordered.reorder import EMPTY, ReorderBuffer
 
 # (units sent before, units the preempted worker sends, units the injected worker sends)
 REORDER_CASES = [

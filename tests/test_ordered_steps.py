@@ -10,7 +10,7 @@ import threading
 import pytest
 from ordered_machines import HybridMachine, ReorderMachine, Violation, explore
 
-from bobox_sched.stream.reorder import LockReorderBuffer, ReorderBuffer, make_reorder
+from bobox_sched.policies.ordered.reorder import LockReorderBuffer, ReorderBuffer, make_reorder
 
 # ---------------------------------------------------------------------------------------
 # T1: every interleaving of F4 for <= 3 workers, capacity 2, <= 5 serials

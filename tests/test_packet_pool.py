@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from bobox_sched.packet import ByteAccount, ByteTotals, NodePool, PacketSpec, new_packet
+from bobox_sched.core.packet import ByteAccount, ByteTotals, NodePool, PacketSpec, new_packet
 
 
 class _GCInsideLock:

@@ -102,8 +102,8 @@ class _Ctx:
 
 
 def _digest(parts, wids):
-    from bobox_sched.packet import Packet
-    from bobox_sched.stream.punct import Window
+    from bobox_sched.core.packet import Packet
+    from bobox_sched.control.punct import Window
     from experiments.policies import DigestSink
 
     sink, ctx = DigestSink(), _Ctx()

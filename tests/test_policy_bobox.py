@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bobox_sched.balancer import balance_once
-from bobox_sched.policies.bobox import BoboxPolicy
+from bobox_sched.core.sync import round_robin
+from bobox_sched.policies.bobox.balancer import balance_once
+from bobox_sched.policies.bobox.policy import BoboxPolicy
 from topology.probe import CPU, Node, Topology
 
 
@@ -53,7 +54,7 @@ class Req:
         self.state = self.ACTIVE
         self.deferred = deque()
         self.nodes = []
-        self.rr = 0
+        self.rr = round_robin()
         self.migrations = 0
         self.shares = 0
         policy.place(self, node)

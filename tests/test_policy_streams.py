@@ -23,9 +23,9 @@ from stream_ops_support import wait_for
 from test_stress import build_plan, check_result, random_dags
 
 from bobox_sched import BoboxError, Operator, Plan, Scheduler, Source, StreamOperator
-from bobox_sched.policies.streams_ports import EMPTY, PortRecord, PortTable, SPSCEnforcer, find_work_non_blocking
-from bobox_sched.policies.streams_threads import StreamsWorker, placement
-from bobox_sched.stream import model as M
+from bobox_sched.policies.streams.ports import EMPTY, PortRecord, PortTable, SPSCEnforcer, find_work_non_blocking
+from bobox_sched.policies.streams.threads import StreamsWorker, placement
+from bobox_sched.control import model as M
 
 WAIT_S = 120
 
@@ -453,7 +453,7 @@ def test_a_thread_told_to_suspend_inside_a_tuple_finishes_it_runs_one_more_and_p
     follows each drained tuple, not the first one), gives the port back and parks. No
     other thread can execute the sink (the source's pushes never fail: the queue holds
     n), so n-1 tuples stay queued until it is woken."""
-    from bobox_sched.stream.sources import QueueSource, StreamChannel
+    from bobox_sched.core.sources import QueueSource, StreamChannel
 
     n = 8
     hold = Hold()
@@ -491,7 +491,7 @@ def test_a_thread_told_to_suspend_inside_reschedule_stops_after_that_tuple_and_p
     that tuple and stops there (RESCHED_LIMIT = 2 would have let it run 3), its push then
     succeeds, the drain of the relay's port stops at its check, and it parks with the
     sink's n tuples queued."""
-    from bobox_sched.stream.sources import QueueSource, StreamChannel
+    from bobox_sched.core.sources import QueueSource, StreamChannel
 
     n = 8
     at_relay, at_sink = Hold(), Hold()
@@ -555,7 +555,7 @@ def test_elastic_level_equals_running_threads_after_each_period():
 
 
 def test_a_thread_stuck_in_an_operator_is_unsuspendable_and_adaptation_is_postponed():
-    from bobox_sched.stream.sources import QueueSource, StreamChannel
+    from bobox_sched.core.sources import QueueSource, StreamChannel
 
     entered, release = threading.Event(), threading.Event()
     where = []
@@ -611,7 +611,7 @@ def test_find_work_blocking_returns_false_only_on_shutdown_or_ports_closed():
 
 
 def test_shutdown_joins_every_thread_with_a_request_running():
-    from bobox_sched.stream.sources import QueueSource, StreamChannel
+    from bobox_sched.core.sources import QueueSource, StreamChannel
 
     ch = StreamChannel(capacity=4)
     plan = Plan("forever")
@@ -733,7 +733,7 @@ def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
     queue, which only the blocked thread could execute: a deadlock by construction,
     checked on the state instead of waited for. (Two threads would do for this plan: the
     deadlock rule keeps one spare.)"""
-    from bobox_sched.errors import RequestCancelled
+    from bobox_sched.core.errors import RequestCancelled
 
     blocked = threading.Event()
     with streams(threads=1, queue_capacity=GATE_CAP) as s:
@@ -805,7 +805,7 @@ def test_a_recursion_overflow_in_nested_executions_fails_the_request(model, monk
     overflow must fail the request with the RecursionError (failing it at that depth
     overflowed inside Request.fail after the state was set: the request never ended).
     Eight limits in a row put the overflow at each frame of an operator's level (6-8)."""
-    from bobox_sched.policies import streams_runtime
+    from bobox_sched.policies.streams import runtime as streams_runtime
 
     monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
     n_ops = 100  # about 700 frames nested: well past the lowered limits
@@ -862,8 +862,8 @@ def test_an_overflow_taking_the_state_lock_leaves_the_port_unlocked(model):
     (streams_runtime, "Failures and the stack"), or the port could never run again."""
     from types import SimpleNamespace
 
-    from bobox_sched.policies.streams import StreamsPolicy
-    from bobox_sched.policies.threading_models import ManualPolicy
+    from bobox_sched.policies.streams.dynamic import StreamsPolicy
+    from bobox_sched.policies.streams.models import ManualPolicy
 
     op = FakeOp("gate", inputs=("a", "b"))
     op._bx_finished = False
@@ -894,7 +894,7 @@ def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkey
     pipeline as in the test above (one less and the pipeline overflows first): there the
     sink's error has almost no frames left. Every request must end, with the sink's error
     or, below that limit, a RecursionError."""
-    from bobox_sched.policies import streams_runtime
+    from bobox_sched.policies.streams import runtime as streams_runtime
 
     monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
     n_ops = 30
@@ -947,7 +947,7 @@ def test_concurrent_requests_register_and_retire_ports_and_the_free_list_is_cons
         hs = [s.submit(plan) for _ in range(20)]
         assert [h.result(WAIT_S) for h in hs] == [list(range(2, 42))] * 20
         until(lambda: len(pol.table) == 0 and len(pol.table.free) == 0)  # retired, then dropped
-        from bobox_sched.stream.sources import QueueSource, StreamChannel
+        from bobox_sched.core.sources import QueueSource, StreamChannel
 
         ch = StreamChannel(capacity=None)
         live = Plan("live")

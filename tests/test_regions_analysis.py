@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from bobox_sched import Plan, StreamOperator
-from bobox_sched.stream import model as M
-from bobox_sched.stream.fission import parallelize
-from bobox_sched.stream.regions import analyze
+from bobox_sched.control import model as M
+from bobox_sched.regions.fission import parallelize
+from bobox_sched.regions.analysis import analyze
 
 
 class Decl(StreamOperator):

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bobox_sched.packet import Packet
-from bobox_sched.stream.merger import (
+from bobox_sched.core.packet import Packet
+from bobox_sched.regions.merger import (
     RELAXED,
     ROUND_ROBIN,
     SEQNO,
@@ -22,8 +22,8 @@ from bobox_sched.stream.merger import (
     ReferenceMerger,
     Row,
 )
-from bobox_sched.stream.punct import Marker, Pulse, Window
-from bobox_sched.stream.seq import SEQ
+from bobox_sched.control.punct import Marker, Pulse, Window
+from bobox_sched.core.seq import SEQ
 
 
 def pkt(seqs, values=None):

@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bobox_sched import Plan, Scheduler, StreamOperator
-from bobox_sched.errors import RequestFailed
-from bobox_sched.stream import model as M
-from bobox_sched.stream.fission import parallelize
-from bobox_sched.stream.merger import LATTICE, MisdeclaredOperator
-from bobox_sched.stream.punct import Pulse, Window
+from bobox_sched.core.errors import RequestFailed
+from bobox_sched.control import model as M
+from bobox_sched.regions.fission import parallelize
+from bobox_sched.regions.merger import LATTICE, MisdeclaredOperator
+from bobox_sched.control.punct import Pulse, Window
 from experiments.region_ops import (
     ArraySource,
     Concat2,

@@ -34,8 +34,8 @@ from operators import tpch_partial
 from operators.data import DataError, read_manifest
 from operators.tpch_sql import compare_tables, duckdb_answer, output_columns
 
-from bobox_sched import outputs
-from bobox_sched.errors import BoboxError
+from experiments.cli import outputs
+from bobox_sched.core.errors import BoboxError
 from experiments import spark_pipeline as SP
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bobox_sched import Plan, Scheduler
-from bobox_sched.stream.punct import Window
+from bobox_sched.control.punct import Window
 from experiments import spark_pipeline as SP
 from experiments.region_ops import ArraySource, FlatMap, Record, RunningCount, Work, WorkFilter, same_output
 from experiments.spark_regions import spark_region_run
@@ -72,7 +72,7 @@ def test_local_mode_ordered_output_identical(sched, wanted):
 
 
 def test_override_and_errors(sched, wanted):
-    from bobox_sched.errors import BoboxError
+    from bobox_sched.core.errors import BoboxError
 
     spark = SP.spark_session("local[2]")
     p = plans()["round_robin"]

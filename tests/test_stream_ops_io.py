@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from bobox_sched import Plan, StreamOperator
-from bobox_sched.errors import RequestCancelled
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Marker, Window
-from bobox_sched.stream.sources import QueueSource, StreamChannel
+from bobox_sched.core.errors import RequestCancelled
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Marker, Window
+from bobox_sched.core.sources import QueueSource, StreamChannel
 from operators.expr import col
 from operators.stream import (END_FRAME, CountSink, EventSource, Map, ParquetReplay, ParquetSink, SocketSource,
                               Tumbling, WindowAggregate, arrow_frame, events, format_report, report_table,

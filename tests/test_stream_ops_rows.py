@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Batch, Window
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Batch, Window
 from operators.expr import col
 from operators.stream import SEQ, Filter, FlatMap, Map
 from operators.stream.derive import derive
@@ -174,7 +174,7 @@ def test_bad_arguments_are_refused():
 
 
 def test_derive_gathers_hidden_columns_by_parents():
-    from bobox_sched.packet import Packet
+    from bobox_sched.core.packet import Packet
 
     class Ctx:
         def new_packet(self, schema, n):

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bobox_sched import Plan
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Window
-from bobox_sched.stream.sources import QueueSource, StreamChannel
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Window
+from bobox_sched.core.sources import QueueSource, StreamChannel
 from operators.stream import Sessionize, TimeMerge
 from stream_ops_support import POLICIES, Feed, Record, chain_plan, cut, puncts, rows, scheds, skewed_keys  # noqa: F401
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Batch, Window
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Batch, Window
 from operators.expr import col
 from operators.stream import Punctuated, Sliding, Tumbling, WindowAggregate
 from stream_ops_support import POLICIES, chain_plan, cut, puncts, rows, scheds, skewed_keys  # noqa: F401

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from bobox_sched import Operator, Plan, Scheduler, Source, StreamOperator
-from bobox_sched.errors import RequestCancelled
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Batch, Marker, Pulse, Punctuation, Window
-from bobox_sched.stream.sources import GeneratorSource, QueueSource, StreamChannel
+from bobox_sched.core.errors import RequestCancelled
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Batch, Marker, Pulse, Punctuation, Window
+from bobox_sched.core.sources import GeneratorSource, QueueSource, StreamChannel
 
 POLICIES = ["bobox", "simple", "streams"]
 

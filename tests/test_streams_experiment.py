@@ -188,7 +188,7 @@ def test_shapes_without_mixed_skip_its_goal_and_the_load_change(tmp_path):
 
 
 def test_shapes_are_taken_in_their_order_and_checked():
-    from experiments.experiment_cli import parse_shapes
+    from experiments.streams_exp import parse_shapes
     from experiments.streams_exp import chosen_shapes
 
     assert parse_shapes(None) is None and chosen_shapes(None) == SHAPES

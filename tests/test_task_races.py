@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 
 import bobox_sched
-from bobox_sched import task
-from bobox_sched.operator import Context, Operator, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream.punct import Window
-from bobox_sched.stream.sources import QueueSource, StreamChannel
+from bobox_sched.core import task
+from bobox_sched.core.operator import Context, Operator, StreamOperator
+from bobox_sched.core.packet import Packet
+from bobox_sched.control.punct import Window
+from bobox_sched.core.sources import QueueSource, StreamChannel
 
 
 class RecordingPolicy:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import topology
 from bobox_sched import Plan, Scheduler, Source
-from bobox_sched.errors import BoboxError
-from bobox_sched.packet import Packet
-from bobox_sched.stream.punct import Batch
+from bobox_sched.core.errors import BoboxError
+from bobox_sched.core.packet import Packet
+from bobox_sched.control.punct import Batch
 from bobox_sched.txn import DEC, GT, INC, StateStore, StateTable, TransactionalOperator, TxnConfig
 from bobox_sched.txn import coordinator as coord
 from bobox_sched.txn.funs import HOLD_BELOW

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import Plan, Scheduler
-from bobox_sched.packet import Packet
+from bobox_sched.core.packet import Packet
 from bobox_sched.txn import (ADD_SRC, AVG2, COPY, DEC, GE, GT, INC, LE, LT, NE, SET, ProgressController,
                              StateStore, StateTable, TransactionalOperator, TxnConfig)
 from bobox_sched.txn.oracle import serial_oracle
@@ -154,7 +154,7 @@ def run_scheduled(store, events: dict, cfg: TxnConfig, policy: str = "bobox", th
         n = len(next(iter(events.values())))
         cols = dict(events)
 
-        from bobox_sched.stream.sources import GeneratorSource
+        from bobox_sched.core.sources import GeneratorSource
 
         def make(ctx, i, cols=cols, n=n):
             lo = i * packet_rows

@@ -209,7 +209,7 @@ def regions_numa():
     import numpy as np
 
     from bobox_sched import Plan, Scheduler
-    from bobox_sched.stream.fission import parallelize
+    from bobox_sched.regions.fission import parallelize
     from experiments.region_ops import ArraySource, CountSink, RunningCount
 
     rng = np.random.default_rng(0)

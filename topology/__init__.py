@@ -9,8 +9,8 @@ captured sysfs/procfs tree), thread pinning, node-local memory, NUMA-factor meas
     >>> topology.node_histogram(a)         # Counter({0: 256}) per the kernel
 """
 
-from .errors import TopologyError
-from .memory import (
+from topology.errors import TopologyError
+from topology.memory import (
     alloc_local,
     alloc_on_node,
     check_node,
@@ -20,8 +20,8 @@ from .memory import (
     page_nodes,
     prefer_node,
 )
-from .pinning import PinningWarning, current_mask, pin_to_cpu, pin_to_cpus, pin_to_node
-from .probe import CPU, Cache, Node, Topology, node_free_bytes, probe
+from topology.pinning import PinningWarning, current_mask, pin_to_cpu, pin_to_cpus, pin_to_node
+from topology.probe import CPU, Cache, Node, Topology, node_free_bytes, probe
 
 __all__ = [
     "CPU",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .sysfs import MAX_MOUNTS_BYTES, MAX_NODE_ID, Malformed, SysfsReader, parse_cpulist
+from topology.sysfs import MAX_MOUNTS_BYTES, MAX_NODE_ID, Malformed, SysfsReader, parse_cpulist
 
 V2, V1, LEGACY = "cgroup2", "cgroup1", "cpuset"
 

@@ -8,7 +8,7 @@ import json
 import re
 import sys
 
-from .errors import TopologyError
+from topology.errors import TopologyError
 
 
 _BYTES = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|B)?\s*", re.I)
@@ -30,7 +30,7 @@ def parse_bytes(text: str) -> int:
 
 
 def _packet_bytes(text: str) -> int:
-    from bobox_sched.limits import MAX_PACKET_BYTES, MIN_PACKET_BYTES
+    from topology.limits import MAX_PACKET_BYTES, MIN_PACKET_BYTES
 
     return bounded_bytes(text, MIN_PACKET_BYTES, MAX_PACKET_BYTES)
 
@@ -75,7 +75,7 @@ def _root(text: str) -> str:
 
 
 def _repeat(text: str) -> int:
-    from bobox_sched.limits import MAX_REPEAT, count_problem
+    from topology.limits import MAX_REPEAT, count_problem
 
     try:
         v = int(text)
@@ -102,14 +102,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .probe import probe
-    from .render import render_tree
+    from topology.probe import probe
+    from topology.render import render_tree
 
     topo = probe(args.root, packet_bytes=args.packet_bytes)
     if args.numa_factor:
         if not topo.live:
             raise TopologyError("--numa-factor measures this machine; it cannot be used with --root")
-        from .numa_factor import measure
+        from topology.numa_factor import measure
 
         def progress(done, total, c, m):
             print(f"\r[numa-factor] {done}/{total} cpu node {c} x memory node {m}",

@@ -26,7 +26,7 @@ from collections import Counter
 
 import numpy as np
 
-from .errors import TopologyError
+from topology.errors import TopologyError
 
 PAGE_SIZE = mmap.PAGESIZE
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .errors import TopologyError
-from .memory import alloc_on_node
-from .pinning import pin_to_node
-from .probe import Topology
+from topology.errors import TopologyError
+from topology.memory import alloc_on_node
+from topology.pinning import pin_to_node
+from topology.probe import Topology
 
 # The array must be much larger than the last-level cache, or we time the cache instead
 # of the memory: four times the largest L3 seen, and at least 64 MiB.

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import warnings
 
-from .errors import TopologyError
-from .probe import Topology
+from topology.errors import TopologyError
+from topology.probe import Topology
 
 
 class PinningWarning(RuntimeWarning):

@@ -42,9 +42,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import cgroup as _cgroup
-from . import sysfs as _sysfs
-from .errors import TopologyError
+from topology import cgroup as _cgroup
+from topology import sysfs as _sysfs
+from topology.errors import TopologyError
 
 # The paper (seed 003, section 5.2) sizes packets at half the L2 cache. When no L2 size
 # can be found at all we fall back to the paper machine's value: a 256 KiB L2 (Xeon E7540,

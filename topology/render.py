@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .probe import Topology
+from topology.probe import Topology
 
 _RANK = {"Machine": 0, "Package": 1, "Group": 2, "Core": 20, "PU": 21}
 

@@ -4,8 +4,8 @@ exercised and studied on a one-node machine. Page placement is of course not rea
 
 from __future__ import annotations
 
-from .errors import TopologyError
-from .probe import Topology
+from topology.errors import TopologyError
+from topology.probe import Topology
 
 
 def virtual_topology(topo: Topology, k: int) -> Topology:

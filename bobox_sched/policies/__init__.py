@@ -13,22 +13,21 @@ and ``"dedicated"`` are its comparison threading models.
 
 from __future__ import annotations
 
-from .base import Policy
+from bobox_sched.core import extensions
+from bobox_sched.policies.base import Policy
+from bobox_sched.policies.bobox.policy import BoboxPolicy
+from bobox_sched.policies.ordered.policy import OrderedPolicy
+from bobox_sched.policies.simple import SimplePolicy
+from bobox_sched.policies.streams.dynamic import StreamsPolicy
+
+POLICY_NAMES = ("bobox", "simple", "ordered", "streams")
+for _name, _cls in zip(POLICY_NAMES, (BoboxPolicy, SimplePolicy, OrderedPolicy, StreamsPolicy)):
+    extensions.register_policy(_name, _cls)
 
 
 def get_policy(name: str) -> type[Policy]:
-    from .bobox import BoboxPolicy
-    from .ordered import OrderedPolicy
-    from .simple import SimplePolicy
-    from .streams import StreamsPolicy
+    """The policy class registered as `name` (ValueError naming the known ones)."""
+    return extensions.policy_class(name)
 
-    table = {"bobox": BoboxPolicy, "simple": SimplePolicy, "ordered": OrderedPolicy, "streams": StreamsPolicy}
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(table))})") from None
-
-
-POLICY_NAMES = ("bobox", "simple", "ordered", "streams")
 
 __all__ = ["POLICY_NAMES", "Policy", "get_policy"]

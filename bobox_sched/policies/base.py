@@ -34,8 +34,8 @@ Contract:
 
 from __future__ import annotations
 
-from .. import task as _task
-from ..errors import BoboxError
+from bobox_sched.core import task as _task
+from bobox_sched.core.errors import BoboxError
 
 
 class Policy:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import itertools
 import threading
 
-from ..worker import Worker
-from .base import Policy, steal
+from bobox_sched.core.worker import Worker
+from bobox_sched.policies.base import Policy, steal
 
 # "Constant without respecting the cache size": 64 KiB, a common fixed batch size of
 # stream engines of the paper's time, and a quarter of the paper machine's L2 -- so on

@@ -11,13 +11,13 @@ kernels), ``ops`` (the txn handle, EventBlotter), ``operator``
 ``baselines``, ``oracle`` (serial timestamp-order execution), ``atomics``.
 """
 
-from .config import NUMA_MODES, SCHEMES, TxnConfig
-from .funs import (ADD_SRC, AVG2, COPY, DEC, EQ, GE, GT, INC, LE, LT, NE, SET, SET_INSERT, CFun, Cond, Fun,
+from bobox_sched.txn.config import NUMA_MODES, SCHEMES, TxnConfig
+from bobox_sched.txn.funs import (ADD_SRC, AVG2, COPY, DEC, EQ, GE, GT, INC, LE, LT, NE, SET, SET_INSERT, CFun, Cond, Fun,
                    register_cfun, register_fun)
-from .operator import TransactionalOperator
-from .ops import EventBlotter, Txn
-from .progress import ProgressController
-from .table import StateStore, StateTable
+from bobox_sched.txn.operator import TransactionalOperator
+from bobox_sched.txn.ops import EventBlotter, Txn
+from bobox_sched.txn.progress import ProgressController
+from bobox_sched.txn.table import StateStore, StateTable
 
 __all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "EventBlotter", "Fun", "GE", "GT", "INC", "LE",
            "LT", "NE", "NUMA_MODES", "ProgressController", "SCHEMES", "SET", "SET_INSERT", "StateStore",

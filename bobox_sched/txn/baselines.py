@@ -32,8 +32,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from .config import partition_of_key
-from .funs import kernels
+from bobox_sched.txn.config import partition_of_key
+from bobox_sched.txn.funs import kernels
 
 SCHEME_CODES = {"lock": 1, "mvlk": 2, "pat": 3, "nolock": 4}
 MAX_RECORDS_PER_TXN = 64
@@ -87,7 +87,7 @@ class BaselineState:
         self.stats = np.zeros((cfg.executors, 5), np.int64)
 
     def summary(self) -> dict:
-        from .atomics import cycles_per_second
+        from bobox_sched.txn.llvm_atomics import cycles_per_second
 
         s = self.stats.sum(axis=0)
         cps = cycles_per_second()

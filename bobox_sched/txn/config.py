@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .table import StateStore
+from bobox_sched.txn.table import StateStore
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
 NUMA_MODES = ("shared-nothing", "shared-per-socket", "shared-everything")
@@ -105,7 +105,7 @@ class TxnConfig:
 
     def spin_ticks(self, workers: int) -> int:
         """The spin budget in cycle-counter ticks, for `workers` worker threads."""
-        from .atomics import cycles_per_second
+        from bobox_sched.txn.llvm_atomics import cycles_per_second
 
         us = self.spin_us
         if us is None:

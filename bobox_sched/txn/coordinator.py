@@ -89,12 +89,12 @@ import numpy as np
 
 from topology import current_node
 
-from ..operator import Operator
-from ..task import claim, schedule
-from ..worker import current_worker
-from .chains import NF, new_batch
-from .funs import EntryCache, kernel_for, kernels
-from .placement import make_placement, place_store
+from bobox_sched.core.operator import Operator
+from bobox_sched.core.task import claim, schedule
+from bobox_sched.core.worker import current_worker
+from bobox_sched.txn.chains import NF, new_batch
+from bobox_sched.txn.funs import EntryCache, kernel_for, kernels
+from bobox_sched.txn.placement import make_placement, place_store
 
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
 # Batches a dealer may have out beyond the last finished one (post-processed by every
@@ -247,7 +247,7 @@ class Group:
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
         self._page_frac = self._segment_page_fractions()
         if cfg.cc != "tstream":
-            from .baselines import BaselineState
+            from bobox_sched.txn.baselines import BaselineState
 
             self.base = BaselineState(cfg, self.store, self.K)
         else:

@@ -351,7 +351,7 @@ def kernels():
         funs, cfuns = list(_funs), list(_cfuns)
         if _current[0] == (len(funs), len(cfuns)):
             return _current[1]
-    from .atomics import spin_with_pause
+    from bobox_sched.txn.llvm_atomics import spin_with_pause
 
     template = _TEMPLATE.read_text()
     head, _, body = template.partition("# ---- kernels ----\n")

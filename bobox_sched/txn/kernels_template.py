@@ -30,7 +30,7 @@ Data layouts (built in Python by ``table.py``, ``ops.py`` and ``chains.py``):
 import numpy as np
 from numba import njit
 
-from bobox_sched.txn.atomics import (atomic_add, atomic_cas, atomic_load, atomic_store, cpu_nop,  # noqa: F401
+from bobox_sched.txn.llvm_atomics import (atomic_add, atomic_cas, atomic_load, atomic_store, cpu_nop,  # noqa: F401
                                      cpu_pause, cycles)
 
 # ---- kernels ----

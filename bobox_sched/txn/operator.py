@@ -40,17 +40,17 @@ from collections import deque
 
 import numpy as np
 
-from ..operator import Operator
-from ..packet import Packet
-from ..stream import model as _model
-from ..stream.punct import Batch, Punctuation
-from .funs import kernel_for
-from .ops import EventBlotter, OpBuffer, Txn
+from bobox_sched.core.operator import Operator
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as _model
+from bobox_sched.control.punct import END, Batch, Punctuation
+from bobox_sched.txn.funs import kernel_for
+from bobox_sched.txn.ops import EventBlotter, OpBuffer, Txn
 
 # Packets an instance handles per run before it lets other tasks run (a deferred re-run):
 # bounds how long one instance holds a worker while its input keeps arriving.
 MAX_PACKETS_PER_RUN = 8
-_EOS = object()  # end of stream, kept in an instance's inbox after the items before it
+_EOS = END  # end of stream, kept in an instance's inbox after the items before it
 
 
 class TransactionalOperator(Operator):
@@ -62,7 +62,7 @@ class TransactionalOperator(Operator):
     punct_out = _model.REMOVES
 
     def __init__(self, config, executor: int = 0):
-        from .config import TxnConfig
+        from bobox_sched.txn.config import TxnConfig
 
         if not isinstance(config, TxnConfig):
             raise TypeError(f"a TransactionalOperator needs a TxnConfig, not {type(config).__name__}")
@@ -277,7 +277,7 @@ class _State:
     """Per-instance driver state (touched only by the thread running the instance)."""
 
     def __init__(self, op, ctx):
-        from .coordinator import group_of
+        from bobox_sched.txn.coordinator import group_of
 
         cfg = op.txn_config
         self.group = group_of(ctx, cfg, op.executor)

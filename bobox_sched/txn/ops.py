@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .funs import Cond, Fun
-from .table import StateTable
+from bobox_sched.txn.funs import Cond, Fun
+from bobox_sched.txn.table import StateTable
 
 NF = 8
 READ, WRITE, RMW = 0, 1, 2

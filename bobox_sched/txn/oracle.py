@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .funs import _cfuns, _funs, kernels
-from .ops import EventBlotter, OpBuffer, Txn
+from bobox_sched.txn.funs import _cfuns, _funs, kernels
+from bobox_sched.txn.ops import EventBlotter, OpBuffer, Txn
 
 
 @dataclass

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import partition_of_key
+from bobox_sched.txn.config import partition_of_key
 
 
 @dataclass

@@ -29,10 +29,10 @@ import time
 
 import numpy as np
 
-from ..operator import Operator
-from ..packet import Packet
-from ..stream import model as _model
-from ..stream.punct import Batch, Punctuation
+from bobox_sched.core.operator import Operator
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as _model
+from bobox_sched.control.punct import Batch, Punctuation
 
 # How often a gated ProgressController with unread input looks again (seconds). The group
 # normally runs it when the batch it waits for finishes; the poll only bounds the wait
@@ -108,7 +108,7 @@ class _Dealer(Operator):
         if cfg is None or not cfg.dual_mode:
             return True
         if self._group is None:
-            from .coordinator import group_of
+            from bobox_sched.txn.coordinator import group_of
 
             self._group = group_of(ctx, cfg, None)
         return self._group.gate(batch, ctx.op)

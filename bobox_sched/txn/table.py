@@ -185,7 +185,7 @@ class StateStore:
 
     @staticmethod
     def _kernels():
-        from .funs import kernels
+        from bobox_sched.txn.funs import kernels
 
         return kernels()
 

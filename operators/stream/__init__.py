@@ -8,21 +8,21 @@ such as a parallel region's ``__seq`` follow the rows. Stateful operators:
 ``session.Sessionize``, ``tsmerge.TimeMerge``. Sources: ``parquet_source.ParquetReplay``,
 ``socket_source.SocketSource``, ``generators.EventSource``; sink:
 ``parquet_sink.ParquetSink``. ``report`` prints throughput with marker latency.
-Every operator declares its operator model (``bobox_sched.stream.model``).
+Every operator declares its operator model (``bobox_sched.control.model``).
 """
 
-from .derive import SEQ, send_derived
-from .filter import Filter
-from .flatmap import FlatMap
-from .generators import EventSource, events
-from .map import Map
-from .parquet_sink import ParquetSink
-from .parquet_source import ParquetReplay
-from .report import CountSink, format_report, report_table, stream_report
-from .session import Sessionize
-from .socket_source import END_FRAME, SocketSource, arrow_frame
-from .tsmerge import TimeMerge
-from .window import Punctuated, Sliding, Tumbling, WindowAggregate
+from operators.stream.derive import SEQ, send_derived
+from operators.stream.filter import Filter
+from operators.stream.flatmap import FlatMap
+from operators.stream.generators import EventSource, events
+from operators.stream.map import Map
+from operators.stream.parquet_sink import ParquetSink
+from operators.stream.parquet_source import ParquetReplay
+from operators.stream.report import CountSink, format_report, report_table, stream_report
+from operators.stream.session import Sessionize
+from operators.stream.socket_source import END_FRAME, SocketSource, arrow_frame
+from operators.stream.tsmerge import TimeMerge
+from operators.stream.window import Punctuated, Sliding, Tumbling, WindowAggregate
 
 __all__ = [
     "END_FRAME",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import codegen
-from .. import kernels as K
-from ..expr import Compiled, Field, Schema, as_expr
+from operators import codegen
+from operators import kernels as K
+from operators.expr import Compiled, Field, Schema, as_expr
 
 AGG_FUNCS = ("sum", "count", "avg", "min", "max")
 _OPS = {"sum": K.AGG_SUM, "min": K.AGG_MIN, "max": K.AGG_MAX, "count": K.AGG_COUNT}

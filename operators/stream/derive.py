@@ -13,8 +13,8 @@ see them in their schemas or kernels; :func:`send_derived` copies every hidden c
 the input packet to the output, gathered by the parents, in one nogil kernel per column.
 A packet without hidden columns (no region, the common case) costs one dict scan.
 Operators that send this way declare ``seq_aware = True``, the declaration the
-parallel-region analyser (``bobox_sched.stream.regions``, rule R9) requires of a selective
-or prolific operator before it replicates it (``bobox_sched.stream.seq`` is the runtime's
+parallel-region analyser (``bobox_sched.regions.analysis``, rule R9) requires of a selective
+or prolific operator before it replicates it (``bobox_sched.core.seq`` is the runtime's
 side of the same contract, for ``__seq`` alone).
 Operators whose outputs are caused by no single row (window aggregates, sessions: rule
 R8) drop hidden columns.
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from bobox_sched.packet import Packet, PacketSpec
+from bobox_sched.core.packet import Packet, PacketSpec
 
-from .kernels import take_rows
+from operators.stream.kernels import take_rows
 
 HIDDEN = "__"
-from bobox_sched.stream.seq import SEQ  # the sequence number a region's splitter gives every row
+from bobox_sched.core.seq import SEQ  # the sequence number a region's splitter gives every row
 _SPECS: dict = {}  # (name, dtype) -> PacketSpec of one hidden column (a few entries)
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import StreamOperator
-from bobox_sched.packet import PacketSpec
-from bobox_sched.stream import model as M
+from bobox_sched.core.packet import PacketSpec
+from bobox_sched.control import model as M
 
-from .. import codegen
-from ..expr import Compiled, Expr, Schema
-from .derive import send_derived
-from .kernels import mask_index
-from .schemas import as_schema
-from .userkernel import check_kernel
+from operators import codegen
+from operators.expr import Compiled, Expr, Schema
+from operators.stream.derive import send_derived
+from operators.stream.kernels import mask_index
+from operators.stream.schemas import as_schema
+from operators.stream.userkernel import check_kernel
 
 
 class _FilterIndex:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import StreamOperator
-from bobox_sched.stream import model as M
+from bobox_sched.control import model as M
 
-from .. import codegen
-from ..expr import Compiled, Expr, Field, Schema, as_expr
-from .derive import send_derived
-from .kernels import expand_parents
-from .schemas import as_schema
-from .userkernel import check_kernel, out_fields
+from operators import codegen
+from operators.expr import Compiled, Expr, Field, Schema, as_expr
+from operators.stream.derive import send_derived
+from operators.stream.kernels import expand_parents
+from operators.stream.schemas import as_schema
+from operators.stream.userkernel import check_kernel, out_fields
 
 
 class FlatMap(StreamOperator):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from bobox_sched.stream.sources import GeneratorSource
+from bobox_sched.core.sources import GeneratorSource
 
-from .kernels import gen_events
-from .schemas import as_schema
+from operators.stream.kernels import gen_events
+from operators.stream.schemas import as_schema
 
 EVENT_SCHEMA = {"ts": np.int64, "key": np.int64, "value": np.float64}
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from bobox_sched.stream.fission_kernels import gather as take_rows  # out[j] = src[parents[j]]
+from bobox_sched.regions.kernels import gather as take_rows  # out[j] = src[parents[j]]
 
-from ..kernels import _agg_apply as _fold  # sum / min / max / count into acc[r, g] (AGG_* codes)
-from ..kernels import _hash_row, _mix, _rows_equal
+from operators.kernels import _agg_apply as _fold  # sum / min / max / count into acc[r, g] (AGG_* codes)
+from operators.kernels import _hash_row, _mix, _rows_equal
 
 # ------------------------------------------------------------------------------------
 # row selection and derivation (filter, flat-map, hidden columns)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import Packet, StreamOperator
-from bobox_sched.stream import model as M
+from bobox_sched.control import model as M
 
-from .. import codegen
-from ..expr import Compiled, Schema, as_expr
-from .derive import send_derived
-from .schemas import as_schema
-from .userkernel import check_kernel, out_fields
+from operators import codegen
+from operators.expr import Compiled, Schema, as_expr
+from operators.stream.derive import send_derived
+from operators.stream.schemas import as_schema
+from operators.stream.userkernel import check_kernel, out_fields
 
 
 class Map(StreamOperator):

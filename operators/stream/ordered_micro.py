@@ -25,12 +25,12 @@ import numpy as np
 from numba import njit
 
 from bobox_sched import Sink, Source, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.partitioned import PartitionedOperator
-from bobox_sched.stream.punct import Marker
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator
+from bobox_sched.control.punct import Marker
 
-from .ordered_table import Table, upsert
+from operators.stream.ordered_table import Table, upsert
 
 DIM = 4  # the vector has DIM entries; one iteration is 4 rotations (16 multiply-adds)
 

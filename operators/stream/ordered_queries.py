@@ -42,13 +42,13 @@ from numba import njit, types
 from numba.typed import Dict
 
 from bobox_sched import Plan, StreamOperator
-from bobox_sched.packet import Packet
-from bobox_sched.stream import model as M
-from bobox_sched.stream.partitioned import PartitionedOperator
+from bobox_sched.core.packet import Packet
+from bobox_sched.control import model as M
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator
 
-from .ordered_gen import HOT_ITEM, MAX_BASKET, clickstream, store_sales
-from .ordered_micro import DigestSink, Replay, burn, iterations_for
-from .ordered_table import TOMB, Table, delete, upsert
+from operators.stream.ordered_gen import HOT_ITEM, MAX_BASKET, clickstream, store_sales
+from operators.stream.ordered_micro import DigestSink, Replay, burn, iterations_for
+from operators.stream.ordered_table import TOMB, Table, delete, upsert
 
 QUERIES = ("q1", "q2", "q3", "q4", "q15")
 STREAM_OF = {"q1": "ss", "q2": "wc", "q3": "wc", "q4": "wc", "q15": "ss"}

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 
 from bobox_sched import StreamOperator
 
-from ..ops import to_arrow
-from .schemas import as_schema
+from operators.ops import to_arrow
+from operators.stream.schemas import as_schema
 
 # Rows per row group by default: 64 Ki rows (~1-2 MiB for a handful of numeric columns)
 # keeps the buffered packets small and a row group big enough that Parquet's per-group

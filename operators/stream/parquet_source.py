@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bobox_sched.stream.sources import GeneratorSource
+from bobox_sched.core.sources import GeneratorSource
 
-from .schemas import arrow_schema, from_arrow, sorted_dictionary
+from operators.stream.schemas import arrow_schema, from_arrow, sorted_dictionary
 
 
 class ParquetReplay(GeneratorSource):

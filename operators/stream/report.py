@@ -1,6 +1,6 @@
 """Throughput and processing latency of a stream request, side by side.
 
-Latency markers (``bobox_sched.stream.punct.Marker``) are stamped by a source after every
+Latency markers (``bobox_sched.control.punct.Marker``) are stamped by a source after every
 k-th packet (``marker_every=k``), travel in band behind the packets through every
 operator (the runtime forwards them, whatever the operator does with rows) and are
 measured when they reach a sink: ``handle.stats["latency"]`` (count, mean, p50, p99,

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..data import decimal_to_float64
-from ..expr import Field, Schema
+from operators.data import decimal_to_float64
+from operators.expr import Field, Schema
 
 
 def as_schema(schema) -> Schema:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import StreamOperator
-from bobox_sched.stream import model as M
+from bobox_sched.control import model as M
 
-from .. import kernels as K
-from ..expr import Compiled, Field, Schema, col
-from ..ops import KeyEvaluator, send_gather
-from .aggstate import AggSpec, decode_keys
-from .kernels import session_expire, session_update
-from .schemas import as_schema
+from operators import kernels as K
+from operators.expr import Compiled, Field, Schema, col
+from operators.ops import KeyEvaluator, send_gather
+from operators.stream.aggstate import AggSpec, decode_keys
+from operators.stream.kernels import session_expire, session_update
+from operators.stream.schemas import as_schema
 
 _NO_WM = -(1 << 62)
 # Sessions of keys not seen again stay in the table as closed slots until it is compacted:

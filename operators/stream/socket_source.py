@@ -1,5 +1,5 @@
 """A source fed from a TCP connection: text lines (CSV fields) or length-prefixed Arrow
-IPC frames, read by a reader thread into a :class:`~bobox_sched.stream.sources.StreamChannel`.
+IPC frames, read by a reader thread into a :class:`~bobox_sched.core.sources.StreamChannel`.
 
 Reader-thread protocol (who touches what, when): the thread is started by the source's
 first run and owns the socket. It turns what it reads into column dicts -- one
@@ -25,10 +25,10 @@ import threading
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from bobox_sched.stream.punct import Marker, Punctuation
-from bobox_sched.stream.sources import _CLOSE, QueueSource, StreamChannel
+from bobox_sched.control.punct import Marker, Punctuation
+from bobox_sched.core.sources import _CLOSE, QueueSource, StreamChannel
 
-from .schemas import as_schema, from_arrow
+from operators.stream.schemas import as_schema, from_arrow
 
 # How often a reader blocked on a silent socket checks that its request is still active.
 # Short enough that a cancelled request's thread exits within a blink; long enough to

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched import Operator
-from bobox_sched.stream import model as M
+from bobox_sched.control import model as M
 
-from .kernels import count_sorted, gather2, is_sorted, merge_ts
-from .schemas import as_schema
+from operators.stream.kernels import count_sorted, gather2, is_sorted, merge_ts
+from operators.stream.schemas import as_schema
 
 
 class TimeMerge(Operator):

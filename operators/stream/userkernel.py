@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Field
+from operators.expr import Field
 
 
 def check_kernel(fn, what: str):

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from bobox_sched import StreamOperator
-from bobox_sched.stream import model as M
-from bobox_sched.stream.punct import Window
+from bobox_sched.control import model as M
+from bobox_sched.control.punct import Window
 
-from ..expr import Compiled, Field, Schema, col
-from ..ops import KeyEvaluator, send_columns
-from .aggstate import AggSpec, GroupTable, decode_keys
-from .kernels import LATE, mask_index, split_closed, tumbling_assign, window_assign, window_rows
-from .schemas import as_schema
+from operators.expr import Compiled, Field, Schema, col
+from operators.ops import KeyEvaluator, send_columns
+from operators.stream.aggstate import AggSpec, GroupTable, decode_keys
+from operators.stream.kernels import LATE, mask_index, split_closed, tumbling_assign, window_assign, window_rows
+from operators.stream.schemas import as_schema
 
 # Watermark before the first row: far below any timestamp, far enough from the int64
 # limits that window arithmetic (start + size + lateness) cannot overflow.

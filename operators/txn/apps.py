@@ -34,7 +34,7 @@ import numpy as np
 from bobox_sched.txn import (AVG2, DEC, GE, GT, INC, LE, SET_INSERT, StateStore, StateTable,
                              TransactionalOperator)
 
-from .workload import gen_keys
+from operators.txn.workload import gen_keys
 
 
 # -- operators -------------------------------------------------------------------------

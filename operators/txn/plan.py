@@ -14,7 +14,7 @@ from bobox_sched.txn import TxnConfig
 from bobox_sched.txn.baselines import pat_sequence
 from bobox_sched.txn.oracle import record, serial_oracle
 from bobox_sched.txn.progress import ArrayParser
-from bobox_sched.packet import Packet
+from bobox_sched.core.packet import Packet
 
 
 class TxnSink(StreamOperator):

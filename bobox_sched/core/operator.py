@@ -1,0 +1,414 @@
+"""Operators, ports and the per-task context.
+
+An operator runs on at most one thread at a time (the state machine in ``task.py``
+guarantees it) and talks to other operators only through packets on its ports:
+
+* every input port has a bounded buffer (``Scheduler(buffer_packets=...)`` packets); a
+  full buffer rejects a packet, which waits in the sender's outbox, and the sender is
+  scheduled again (a deferred task) as soon as the receiver takes a packet out;
+* end of stream is the *final* punctuation: ``ctx.close(port)`` delivers it after the
+  packets already sent on that port (``ctx.finish()`` closes every output still open);
+  ``ctx.at_eos(port)`` is true once it arrived and the buffer is drained. Sources may be
+  unbounded (a request on one ends by ``cancel()``, or when its sources close their
+  outputs);
+* other punctuations (``bobox_sched.control.punct``: window ends, region pulses, latency
+  markers, batch ends) travel in the buffers in order with the packets. On an input an
+  operator declares *oblivious* (the default) the runtime handles them inside
+  ``ctx.recv``: forwarded on every output declared ``"preserves"`` (the default of a
+  one-input operator), dropped otherwise; pulses and latency markers always pass
+  through. On an *expecting* input ``ctx.recv`` returns them to the operator. An operator
+  whose outputs preserve punctuations must send a packet's outputs before it takes the
+  next item of that input (packet-at-a-time, as ``StreamOperator`` does), so that a
+  forwarded punctuation follows them;
+* an operator must keep consuming every input while it waits for another one (a hash
+  join stashes probe packets until its build side ended). With that rule and bounded
+  buffers, a DAG of operators cannot deadlock: the sinks always drain. An operator that
+  breaks it, run again and again for unread input while taking and sending nothing,
+  fails its request with ``OperatorStalled`` (``task.STALL_RUNS`` runs in a row);
+* ``ctx.send`` takes a :class:`Packet` on an output the operator has not closed; anything
+  else (``None`` included) raises ``OperatorError``, which fails the request.
+
+Write an operator by subclassing :class:`Operator` (full control: ``process(ctx)`` is
+called each time it is scheduled), :class:`Source` (``next_packet``) or
+:class:`StreamOperator` (``on_packet`` / ``on_eos`` / ``on_end``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from bobox_sched.control import model as _model
+from bobox_sched.control import punct as _punct
+from bobox_sched.core import packet as _packet
+from bobox_sched.core import seq as _seq
+from bobox_sched.core import task as _task
+from bobox_sched.core.errors import OperatorError
+from bobox_sched.core.packet import Packet
+
+# The operator states of the Bobox paper (section 3.1: Nothing, Scheduled, Running,
+# Running and scheduled) plus Finished are kept by a task token and a "run again" flag:
+# see task.py's module doc.
+
+EOS = _punct.END  # the final punctuation (control/punct.py), travels in outboxes like a packet
+
+
+class Operator:
+    """Base class of all operators.
+
+    Class attributes (or instance attributes set in ``__init__``) declare the shape:
+
+    ``inputs`` / ``outputs``
+        port names; every port must be connected exactly once in a plan.
+    ``state``, ``selectivity_bound``, ``forwarding``, ``punct_in``, ``punct_out``,
+    ``max_parallelism``, ``emit_order``, ``fuse_with``
+        the operator model (``bobox_sched.control.model``): what the plan analysers and
+        policies may do with the operator. Undeclared means *unknown*: nothing is
+        parallelised that was not declared safe.
+    ``kind`` / ``partition_key``
+        the older form of ``state``: ``"stateless"``, ``"partitioned"`` (with
+        ``partition_key``) or ``"stateful"``; None (the default) is unknown.
+    ``selectivity``
+        expected output rows per input row, when known (None otherwise): a cost-model
+        hint, not a bound.
+    """
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+    kind: str | None = None
+    partition_key = None
+    selectivity: float | None = None
+    # Runtime-internal operators (splitters, mergers) that must see pulses and latency
+    # markers themselves instead of having the runtime forward them.
+    control_aware: bool = False
+    # True on operators whose bucket count is fixed at submit
+    # (``PartitionedOperator.resolve_partitions``): the scheduler asks the policy how many
+    # buckets may run at once and passes it on, without importing the ordered policy.
+    resolves_partitions: bool = False
+
+    def process(self, ctx: "Context") -> None:
+        raise NotImplementedError(f"{type(self).__name__}.process")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {getattr(self, 'name', '?')}>"
+
+    # -- runtime fields, set by Request._bind (one Operator instance per request) --------
+    def _bind(self, name: str, request, buffer_packets: int) -> None:
+        import threading
+
+        self.name = name
+        self._bx_req = request
+        # The task token and "run again" flag (task.py's module doc): held = the operator
+        # has a task in some list or is running; a FINISHED operator keeps it for ever.
+        self._bx_tok = threading.Lock()
+        self._bx_again = False
+        self._bx_finished = False
+        self._bx_inidx = {p: i for i, p in enumerate(self.inputs)}
+        self._bx_outidx = {p: i for i, p in enumerate(self.outputs)}
+        self._bx_openidx = dict(self._bx_outidx)  # outputs not closed yet (ctx.send's lookup)
+        self._bx_inq = [deque() for _ in self.inputs]
+        self._bx_closed = [False] * len(self.inputs)
+        self._bx_cap = buffer_packets
+        self._bx_dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
+        self._bx_outclosed = [False] * len(self.outputs)
+        self._bx_outbox = deque()  # (port index, packet or EOS); touched by the running thread only
+        self._bx_waiters = deque()  # senders whose packet this operator's full buffer rejected
+        self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
+        self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
+        self._bx_idle = 0  # re-queues for unread input since the last packet taken or sent (task.py)
+        # How a packet sent on an output reaches its receiver: task._deliver (bounded
+        # buffer, outbox and waiters), unless the policy brings its own send path
+        # (Policy.deliver; set by Request).
+        self._bx_deliver = _task._deliver
+        # NUMA node this operator's tasks run on (None: wherever the policy puts them);
+        # set from Plan.place by Request._bind_nodes.
+        self._bx_node = None
+        # Punctuation handling per input (see the module doc), from the operator model.
+        model = _model.model_of(self)
+        self._bx_model = model
+        self._bx_pexpect = [model.punct_in[p] == _model.EXPECTING for p in self.inputs]
+        self._bx_ppreserve = tuple(i for i, p in enumerate(self.outputs) if model.punct_out[p] == _model.PRESERVES)
+
+
+class Context:
+    """What ``process(ctx)`` sees. One per worker thread, re-pointed at each task."""
+
+    __slots__ = ("worker", "op", "scheduler")
+
+    def __init__(self, worker, scheduler):
+        self.worker = worker
+        self.scheduler = scheduler
+        self.op = None
+
+    # -- inputs -------------------------------------------------------------------------
+    def recv(self, port: str):
+        """Take the oldest packet of input `port`, or None if its buffer is empty. On an
+        input declared ``punct_in="expecting"`` this may be a punctuation (a
+        ``bobox_sched.control.punct.Punctuation``); on an oblivious one the runtime
+        handles punctuations here (module doc)."""
+        op = self.op
+        try:
+            j = op._bx_inidx[port]
+        except KeyError:
+            raise _no_port(op, "input", port) from None
+        # task.take_input's fast path, inlined (one frame less per packet): a packet at
+        # the head, no locality sampling. Pop first, then look at the waiters (task.py's
+        # protocol): a sender that registers after the look sees the room on its second
+        # look; looking before the pop would miss one that registers in between.
+        q = op._bx_inq[j]
+        if q:
+            pkt = q[0]
+            if pkt.__class__ is Packet and self.worker.locality_sampler is None:
+                q.popleft()  # the only consumer: it is still the head
+                op._bx_idle = 0
+                if op._bx_waiters:
+                    _task._wake_waiters(self.worker, op)
+                return pkt
+        return _task.take_input(self.worker, op, j)
+
+    def has_input(self, port: str) -> bool:
+        op = self.op
+        try:
+            return bool(op._bx_inq[op._bx_inidx[port]])
+        except KeyError:
+            raise _no_port(op, "input", port) from None
+
+    def at_eos(self, port: str) -> bool:
+        """True when `port` got its end-of-stream and every packet before it was taken."""
+        op = self.op
+        try:
+            i = op._bx_inidx[port]
+        except KeyError:
+            raise _no_port(op, "input", port) from None
+        return op._bx_closed[i] and not op._bx_inq[i]
+
+    def all_eos(self) -> bool:
+        op = self.op
+        return all(op._bx_closed) and not any(op._bx_inq)
+
+    # -- outputs ------------------------------------------------------------------------
+    def send(self, port: str, packet) -> bool:
+        """Send `packet` on output `port`. True if the receiver took it now; False if it
+        waits in this operator's outbox (receiver full): stop producing and return, the
+        runtime resends it and runs this operator again when there is room.
+
+        Raises :class:`OperatorError` (failing the request) for an unknown port, a port
+        this operator already closed, or anything that is not a :class:`Packet` (None
+        included). Columns of unequal length are not checked here (per-packet cost)."""
+        op = self.op
+        try:
+            i = op._bx_openidx[port]  # close() removes the port: no per-packet test for it
+        except KeyError:
+            if port in op._bx_outidx:
+                raise OperatorError(f"operator {op.name!r} sent a packet on output {port!r} after closing it") from None
+            raise _no_port(op, "output", port) from None
+        # One cheap check per packet: an identity test of the class (subclasses take the
+        # isinstance path).
+        if packet.__class__ is not Packet and not isinstance(packet, Packet):
+            raise OperatorError(
+                f"operator {op.name!r} sent {type(packet).__name__} on output {port!r}: "
+                "send() takes a Packet (return without sending to emit nothing)"
+            )
+        # task.send, inlined (one frame less per packet)
+        op._bx_idle = 0
+        ob = op._bx_outbox
+        if not ob and op._bx_deliver(self.worker, op, i, packet):
+            return True
+        ob.append((i, packet))
+        return False
+
+    def send_derived(self, port: str, packet, parent_pkt, parent) -> bool:
+        """Send `packet`, whose i-th row was derived from row ``parent[i]`` of the input
+        packet `parent_pkt` (a selection vector, a flat-map's parent index). Inside a
+        parallel region this gives the rows their causes' seqnos
+        (``bobox_sched.core.seq``); elsewhere it is ``send``."""
+        return _task.send(self.worker, self.op, self.op._bx_outidx[port],
+                          _seq.derive(self, packet, parent_pkt, parent))
+
+    def close(self, port: str | None = None) -> None:
+        """End of stream on `port` (all outputs if None). Closing a port twice is
+        harmless; sending on it afterwards raises :class:`OperatorError`."""
+        op = self.op
+        if port is None:
+            ports = range(len(op.outputs))
+        else:
+            try:
+                ports = [op._bx_outidx[port]]
+            except KeyError:
+                raise _no_port(op, "output", port) from None
+        for i in ports:
+            if not op._bx_outclosed[i]:
+                op._bx_outclosed[i] = True
+                op._bx_openidx.pop(op.outputs[i], None)
+                _task.send(self.worker, op, i, EOS)
+
+    @property
+    def blocked(self) -> bool:
+        """True while packets wait in the outbox: a producer should return now."""
+        return bool(self.op._bx_outbox)
+
+    # -- control ------------------------------------------------------------------------
+    def reschedule(self, delay: float | None = None) -> None:
+        """Run this operator again later (a deferred task): a source emitting one packet
+        per run calls it after each packet. With `delay` (seconds), not before that much
+        time has passed: a rate-limited source waits without holding a worker."""
+        if delay is None or delay <= 0:
+            self.op._bx_resched = True
+        else:
+            self.op._bx_resched = float(delay)
+
+    def punctuate(self, punct, port: str | None = None) -> None:
+        """Send punctuation `punct` on output `port` (every output if None), in order
+        after what was sent there before."""
+        if not isinstance(punct, _punct.Punctuation):
+            raise TypeError(f"punctuate() takes a Punctuation, not {type(punct).__name__}")
+        if punct is _punct.END:
+            raise ValueError("end of stream is sent with close(port), not punctuate()")
+        op = self.op
+        ports = range(len(op.outputs)) if port is None else [op._bx_outidx[port]]
+        for i in ports:
+            if op._bx_outclosed[i]:
+                raise RuntimeError(f"operator '{op.name}': punctuation on output '{op.outputs[i]}' after close()")
+            _task.send(self.worker, op, i, punct)
+
+    def finish(self) -> None:
+        """This operator is done: end of stream on every output it has not closed yet
+        (without it the receivers would wait for ever), and no more runs. Inputs still
+        arriving are dropped; sending afterwards raises :class:`OperatorError`."""
+        self.close()
+        self.op._bx_finishing = True
+
+    def set_result(self, value) -> None:
+        """Publish the request's result (sinks)."""
+        self.op._bx_req.results[self.op.name] = value
+
+    # -- memory -------------------------------------------------------------------------
+    def new_packet(self, schema, nrows: int):
+        """An uninitialised packet of `nrows` rows with the columns of `schema` (a
+        ``{name: dtype}`` dict, or a ``PacketSpec`` made once for speed), whose memory is
+        on this worker's NUMA node (recycled when the packet dies)."""
+        sched = self.scheduler
+        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes)
+
+    @property
+    def packet_bytes(self) -> int:
+        """Target packet size of this scheduler (half the L2 by default)."""
+        return self.scheduler.packet_bytes
+
+    def rows_for(self, schema) -> int:
+        """Rows of `schema` (dict or PacketSpec) that make one packet of the target size."""
+        return _packet.rows_per_packet(schema, self.scheduler.packet_bytes)
+
+    @property
+    def node(self) -> int | None:
+        """NUMA node of the worker running this task (None if not pinned to a node)."""
+        return self.worker.node_id
+
+    @property
+    def request(self):
+        return self.op._bx_req
+
+
+def _no_port(op, kind: str, port) -> OperatorError:
+    names = op.inputs if kind == "input" else op.outputs
+    have = ", ".join(repr(n) for n in names) or "none"
+    return OperatorError(f"operator {op.name!r} has no {kind} port {port!r} ({kind}s: {have})")
+
+
+class Source(Operator):
+    """An operator with no inputs that emits one packet per run.
+
+    Implement ``next_packet(ctx)`` returning a Packet, or None when exhausted (end of
+    stream on every output, then finish). Unbounded sources simply never return None."""
+
+    outputs = ("out",)
+
+    def next_packet(self, ctx):
+        raise NotImplementedError
+
+    def process(self, ctx):
+        pkt = self.next_packet(ctx)
+        if pkt is None:
+            ctx.close()
+            ctx.finish()
+            return
+        for port in self.outputs:
+            ctx.send(port, pkt)
+        ctx.reschedule()
+
+
+class StreamOperator(Operator):
+    """Packet-at-a-time operator with callbacks per event. Each run drains what waits on
+    each input (up to two buffers' worth, so that a producer refilling it cannot hold the
+    worker for ever): a packet left in a buffer would otherwise cost a whole task.
+
+    ``on_packet(ctx, port, packet)`` for each packet, ``on_punct(ctx, port, punct)`` for
+    each punctuation on an input declared ``punct_in="expecting"``, ``on_eos(ctx, port)``
+    once per input when its stream ends, ``on_end(ctx)`` once when all inputs ended (then
+    the runtime closes every output and finishes). A callback that calls ``ctx.finish()``
+    is the last one: what is still buffered is dropped."""
+
+    inputs = ("in",)
+    outputs = ("out",)
+
+    def on_packet(self, ctx, port, packet):
+        raise NotImplementedError
+
+    def on_punct(self, ctx, port, punct):
+        raise NotImplementedError(f"{type(self).__name__} declares punct_in='expecting' but has no on_punct")
+
+    def on_eos(self, ctx, port):
+        pass
+
+    def on_end(self, ctx):
+        pass
+
+    def process(self, ctx):
+        op_eos = getattr(self, "_eos_done", None)
+        if op_eos is None:
+            op_eos = self._eos_done = [False] * len(self.inputs)
+        # The runtime's fields live on ctx.op: this operator itself, or the bound wrapper
+        # that runs it (a parallel region's channel operator).
+        rt = ctx.op
+        budget = 2 * rt._bx_cap
+        for i, port in enumerate(self.inputs):
+            for _ in range(budget):
+                if ctx.blocked:
+                    return
+                pkt = ctx.recv(port)
+                if pkt is None:
+                    break
+                if pkt.__class__ is Packet or not isinstance(pkt, _punct.Punctuation):
+                    self.on_packet(ctx, port, pkt)
+                else:
+                    self.on_punct(ctx, port, pkt)
+                if rt._bx_finishing:
+                    return  # the callback called ctx.finish(): no callback after that
+            if ctx.blocked:
+                return
+            if not op_eos[i] and ctx.at_eos(port):
+                op_eos[i] = True
+                self.on_eos(ctx, port)
+        if all(op_eos) and not ctx.blocked:
+            self.on_end(ctx)
+            ctx.close()
+            ctx.finish()
+
+
+class Sink(StreamOperator):
+    """Collects every packet; the result is ``finalize(packets)`` (default: the list)."""
+
+    outputs = ()
+
+    def __init__(self):
+        self.packets = []
+
+    def on_packet(self, ctx, port, packet):
+        self.packets.append(packet)
+
+    def finalize(self, packets):
+        return packets
+
+    def on_end(self, ctx):
+        ctx.set_result(self.finalize(self.packets))
+        self.packets = []
+

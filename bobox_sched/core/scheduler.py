@@ -1,0 +1,371 @@
+"""The Scheduler: what users create, submit plans to, and shut down.
+
+    with Scheduler() as s:                      # bobox policy, workers pinned per node
+        handles = [s.submit(plan) for _ in range(16)]
+        results = [h.result() for h in handles]
+        print(s.stats())
+
+Shutdown protocol:
+
+1. ``shutdown()`` sets ``_closing`` under ``_lock``: ``submit`` refuses from then on.
+   With ``cancel=True`` every active request is cancelled.
+2. When the last active request ends (or at once if none is active) ``_stopping`` is
+   set and every sleeping worker is woken; a worker that finds no task and sees
+   ``_stopping`` exits (tasks of ended requests are dropped, never run).
+3. ``shutdown(wait=True)`` joins the workers and the policy's background threads.
+
+``_active`` (the running requests) is guarded by ``_lock``; workers read its size
+without the lock only to decide that the balancer may idle.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import topology as _topology
+from topology import current_node, page_nodes
+from topology.memory import live_nodes
+
+from bobox_sched.core import limits
+from bobox_sched.core import extensions
+from bobox_sched.core.errors import BoboxError, SchedulerShutdown
+from bobox_sched.core.limits import check_count, check_real
+from bobox_sched.core.packet import ByteTotals, NodePool
+from bobox_sched.core.plan import Plan
+from bobox_sched.core.request import Request, RequestHandle
+from bobox_sched.core.timers import Timers
+
+# Input buffer capacity in packets. Small, so that back-pressure keeps at most a few
+# packets per edge in flight (bounded memory) and the packet that wakes a consumer is
+# still in cache; large enough that a producer rarely blocks on a consumer that is
+# merely running a task on another thread. 4 measured best-or-equal of {1,2,4,8,16} on
+# the TPC-H mix (bobox bench queries, 2 cores).
+DEFAULT_BUFFER_PACKETS = 4
+
+
+class OversubscriptionWarning(UserWarning):
+    """More worker threads per node than the node has CPUs (allowed, but they share)."""
+
+
+class Scheduler:
+    """A NUMA-aware task scheduler for dataflow requests.
+
+    Parameters
+    ----------
+    topology : topology.Topology, optional
+        Machine to schedule on; probed from the live machine by default.
+    policy : "bobox" | "simple" | "ordered" | "streams"
+        Scheduling policy (``bobox_sched.policies``).
+    threads_per_node : int, optional
+        Worker threads per NUMA node (default: one per CPU of the node).
+    packet_bytes : int, optional
+        Target packet size (default: the policy's; half the L2 for ``bobox``).
+    balance_interval : float or None
+        Seconds between load-balancer rounds (``bobox``); None/0 disables it.
+    buffer_packets : int
+        Capacity of each operator input buffer, in packets.
+    pin : bool
+        Pin ``bobox`` workers to their node's CPUs (and prefer its memory).
+    memory : "local" | "remote"
+        Where packets are allocated: the worker's node, or the next node (the NUMA
+        placement experiment; same as local on a one-node machine).
+    locality_sample : int
+        Check every N-th consumed packet's page placement with ``move_pages`` (0: off).
+    task_stats : bool
+        Time every task and count it per locality step (``busy_s``, ``tasks_by_step``,
+        the serial fraction). False: the worker loop reads no clock per task.
+    **policy_options
+        Options of the policy, checked by it before anything starts (``ordered``:
+        ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
+        ``streams``: ``threads=8`` or ``elastic=True, min_level=1``; see their modules);
+        a policy without options refuses them.
+    """
+
+    def __init__(
+        self,
+        topology=None,
+        policy: str = "bobox",
+        threads_per_node: int | None = None,
+        packet_bytes: int | None = None,
+        balance_interval: float | None = 0.1,
+        buffer_packets: int = DEFAULT_BUFFER_PACKETS,
+        pin: bool = True,
+        memory: str = "local",
+        locality_sample: int = 0,
+        task_stats: bool = True,
+        **policy_options,
+    ):
+        # Bounds: bobox_sched/core/limits.py (the CLI applies the same ones).
+        if threads_per_node is not None:
+            threads_per_node = check_count("threads_per_node", threads_per_node, limits.MAX_THREADS_PER_NODE)
+        if packet_bytes is not None:
+            packet_bytes = check_count("packet_bytes", packet_bytes, limits.MAX_PACKET_BYTES, limits.MIN_PACKET_BYTES)
+        if balance_interval is not None and balance_interval != 0:
+            balance_interval = check_real("balance_interval", balance_interval, limits.MAX_BALANCE_INTERVAL)
+        buffer_packets = check_count("buffer_packets", buffer_packets, limits.MAX_BUFFER_PACKETS)
+        self.task_stats = bool(task_stats)
+        if memory not in ("local", "remote"):
+            raise BoboxError(f"memory must be 'local' or 'remote', got {memory!r}")
+        locality_sample = check_count("locality_sample", locality_sample or 0, 2**31, minimum=0)
+        try:
+            policy_cls = extensions.policy_class(policy)
+        except ValueError as e:
+            raise BoboxError(str(e)) from None
+        policy_cls, policy_options = policy_cls.resolve_options(policy_options)
+        self.topology = topology if topology is not None else _topology.probe()
+        if not self.topology.cpu_nodes:
+            raise BoboxError("the topology has no node with a usable CPU")
+        if threads_per_node is not None:
+            cpus = max(len(n.cpus) for n in self.topology.cpu_nodes)
+            if threads_per_node > cpus:
+                warnings.warn(f"{threads_per_node} worker threads per node exceed the {cpus} CPUs of the largest "
+                              "node: workers will share CPUs", OversubscriptionWarning, 2)
+        self.packet_bytes = packet_bytes or policy_cls.default_packet_bytes(self.topology)
+        self.buffer_packets = buffer_packets
+        self.memory = memory
+        self.locality_sample = int(locality_sample or 0)
+        self._locality_sampler = _LocalitySampler(self.locality_sample) if self.locality_sample else None
+        self.bytes = ByteTotals()  # sums of the requests' accounts (packet.py: request-level accounting)
+        node_ids = [n.os_index for n in self.topology.nodes]
+        # Node-local pools only for nodes this machine really has (a captured topology
+        # may name others: its packets then use plain memory).
+        live = set(live_nodes())
+        self.pools = {n: NodePool(n, node_local=n in live) for n in node_ids}
+        cpu_node_ids = [n.os_index for n in self.topology.cpu_nodes]
+        self._remote_of = {n: cpu_node_ids[(i + 1) % len(cpu_node_ids)] for i, n in enumerate(cpu_node_ids)}
+        self._lock = threading.Lock()
+        self._active: dict[int, Request] = {}
+        self._next_id = 0
+        self._closing = False
+        self._stopping = False
+        self._warnings: list[str] = []
+        self.requests_done = 0
+        self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
+        self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
+        self.workers = self.policy.create_workers()
+        for w in self.workers:
+            w.start()
+        self.policy.start()
+
+    # -- submitting ----------------------------------------------------------------------
+    def submit(self, plan: Plan, node: int | None = None, parallelism=None, ordering=None) -> RequestHandle:
+        """Validate, place and start a request for `plan`. Thread-safe.
+
+        `node` forces the first node of the request (experiments: requests arriving on
+        one node); by default the policy places it. `parallelism` (an int, or a dict by
+        region) runs the plan's parallel regions as that many channels, `ordering`
+        overrides their mergers' strategies upward (``bobox_sched.regions.fission``).
+        Raises ValueError for an invalid plan (naming the operator) and
+        SchedulerShutdown after ``shutdown()``."""
+        if not isinstance(plan, Plan):
+            raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
+        if self._closing:
+            raise SchedulerShutdown("cannot submit: the scheduler is shut down")
+        if parallelism is not None:
+            plan = extensions.plan_rewrite("parallelize")(plan, degree=parallelism, ordering=ordering)
+        elif ordering is not None:
+            raise ValueError("ordering= needs parallelism=")
+        ops, edges = plan.instantiate()  # ValueError for invalid plans
+        buckets = None
+        for op in ops.values():
+            if op.resolves_partitions:  # a PartitionedOperator: partitions="auto" and bad partitions, now
+                if buckets is None:
+                    buckets = self.policy.bucket_parallelism()
+                op.resolve_partitions(buckets)
+        self.policy.validate_plan(ops, edges)  # what this policy cannot run (ValueError), before the request exists
+        if node is not None and node not in [n.os_index for n in self.topology.cpu_nodes]:
+            raise BoboxError(f"unknown NUMA node {node} for placement")
+        with self._lock:
+            if self._closing:
+                raise SchedulerShutdown("cannot submit: the scheduler is shut down")
+            rid = self._next_id
+            self._next_id += 1
+            req = Request(self, plan, rid, ops, edges, self.buffer_packets)
+            self._active[rid] = req
+        handle = RequestHandle(req)
+        self.policy.place(req, node)
+        notify = getattr(self.policy, "request_added", None)
+        if notify:
+            notify()
+        req.start()
+        return handle
+
+    def map(self, plans, timeout: float | None = None) -> list:
+        """Submit every plan, then return their results in order."""
+        handles = [self.submit(p) for p in plans]
+        return [h.result(timeout) for h in handles]
+
+    # -- ending --------------------------------------------------------------------------
+    def _request_ended(self, req: Request) -> None:
+        req.bytes.ended = True  # its account retires from the totals once nothing of it is held
+        with self._lock:
+            self._active.pop(req.id, None)
+            self.requests_done += 1
+            stop = self._closing and not self._active
+            if stop:
+                self._stopping = True
+        if stop:
+            self.policy.wake_all()
+
+    def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
+        """Refuse new requests; let running ones finish (or cancel them) and stop the
+        workers. With `wait`, return once every worker has exited."""
+        with self._lock:
+            self._closing = True
+            active = list(self._active.values())
+            if not active:
+                self._stopping = True
+        if cancel:
+            for r in active:
+                r.cancel()
+        if self._stopping:
+            self.policy.wake_all()
+        if wait:
+            for w in self.workers:
+                if w.thread is not threading.current_thread():
+                    w.thread.join()
+            self.policy.stop()
+            self.timers.stop()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # On an exception in the with-block, don't wait for requests nobody will read.
+        self.shutdown(wait=True, cancel=exc_type is not None)
+
+    # -- memory --------------------------------------------------------------------------
+    def _pool_for(self, worker) -> NodePool:
+        node = worker.node_id
+        if node is None:
+            node = current_node()
+            if node not in self.pools:
+                node = next(iter(self.pools))
+        if self.memory == "remote":
+            node = self._remote_of.get(node, node)
+        return self.pools[node]
+
+    # -- metrics -------------------------------------------------------------------------
+    def _warn(self, message: str) -> None:
+        if message not in self._warnings:
+            self._warnings.append(message)
+            warnings.warn(message, _topology.PinningWarning, 2)
+
+    def _collect_request_stats(self, req: Request) -> dict:
+        steps = [sum(row[k] for row in req.wsteps) for k in range(5)]
+        return {
+            "id": req.id,
+            "name": req.name,
+            "state": req.state,
+            "elapsed_s": req.elapsed,
+            "operators": req.n_operators,
+            "tasks": sum(steps),
+            "steps": {str(k): steps[k] for k in range(1, 5)},
+            "packets": req.bytes.packets,
+            "bytes_allocated": req.bytes.allocated,
+            "peak_bytes_held": req.bytes.peak,
+            "migrations": req.migrations,
+            "shares": req.shares,
+            "nodes": req.final_nodes if req.final_nodes is not None else [n.os_index for n in req.nodes],
+            "failed_operator": req.failed_operator,
+            "latency": _latency_summary(req.latencies_ns),
+        }
+
+    def stats(self) -> dict:
+        """Scheduler-wide metrics (a snapshot)."""
+        steps = [0] * 6
+        per_node: dict = {}
+        totals = {"tasks": 0, "steals": 0, "sleeps": 0, "wakeups": 0}
+        loc = {"samples": 0, "pages": 0, "local_pages": 0}
+        for w in self.workers:
+            for k in range(1, 6):
+                steps[k] += w.steps[k]
+            totals["tasks"] += w.tasks
+            totals["steals"] += w.steals
+            totals["sleeps"] += w.sleeps
+            totals["wakeups"] += w.wakeups
+            loc["samples"] += w.loc_samples
+            loc["pages"] += w.loc_pages
+            loc["local_pages"] += w.loc_local
+            key = w.node_id if w.node_id is not None else "any"
+            d = per_node.setdefault(key, {"node": key, "threads": 0, "busy_s": 0.0, "released_s": 0.0, "tasks": 0})
+            d["threads"] += 1
+            d["busy_s"] += w.busy_ns / 1e9
+            d["released_s"] += w.released_ns / 1e9
+            d["tasks"] += w.tasks
+        pstats = self.policy.stats()
+        out = {
+            "policy": self.policy.name,
+            "packet_bytes": self.packet_bytes,
+            "workers": len(self.workers),
+            "nodes": [n.os_index for n in self.topology.cpu_nodes],
+            "requests_active": len(self._active),
+            "requests_done": self.requests_done,
+            "steps": {str(k): steps[k] for k in range(1, 6)},
+            **totals,
+            "migrations": pstats.get("migrations", 0),
+            "shares": pstats.get("shares", 0),
+            **dict(zip(("packets", "bytes_allocated", "bytes_held"), self.bytes._collect())),
+            # sampled (packet.py): at each request's new peak and at every read
+            "peak_bytes_held": self.bytes._peak,
+            "busy_per_node": list(per_node.values()),
+            # Time in tasks, and the part of it with the GIL released (counted only while
+            # the operators' timing is on: operators.released); 1 - released/busy is the
+            # serial fraction of Amdahl's law (None when nothing was counted).
+            "busy_s": sum(w.busy_ns for w in self.workers) / 1e9,
+            "released_s": sum(w.released_ns for w in self.workers) / 1e9,
+            "locality": {**loc, "local_fraction": (loc["local_pages"] / loc["pages"]) if loc["pages"] else None},
+            "pool": {
+                str(n): {"mapped": p.blocks_mapped, "reused": p.blocks_reused, "free_bytes": p.free_bytes}
+                for n, p in self.pools.items()
+            },
+            "policy_detail": pstats,
+            "warnings": list(self._warnings),
+        }
+        return out
+
+    def reset_peak(self) -> None:
+        """Restart peak-bytes tracking from the bytes held now (between experiments)."""
+        self.bytes.reset_peak()
+
+
+def _latency_summary(samples_ns: list) -> dict | None:
+    """Processing latency of the latency markers that reached a sink (ms): count, mean,
+    p50, p99, max. None when no marker was measured."""
+    if not samples_ns:
+        return None
+    import numpy as np
+
+    a = np.asarray(list(samples_ns), dtype=np.float64) / 1e6
+    return {"markers": int(a.size), "mean_ms": round(float(a.mean()), 4),
+            "p50_ms": round(float(np.percentile(a, 50)), 4), "p99_ms": round(float(np.percentile(a, 99)), 4),
+            "max_ms": round(float(a.max()), 4)}
+
+
+class _LocalitySampler:
+    """Every `every`-th packet a worker takes, ask the kernel which node the pages of
+    its first column are on and count those on the worker's node (``move_pages``)."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def __call__(self, worker, pkt) -> None:
+        worker.loc_seen += 1
+        if worker.loc_seen % self.every:
+            return
+        worker.loc_samples += 1
+        cols = getattr(pkt, "columns", None)
+        if not cols:
+            return
+        arr = next(iter(cols.values()))
+        if arr.nbytes == 0:
+            return
+        here = worker.node_id if worker.node_id is not None else current_node()
+        pages = page_nodes(arr)
+        pages = pages[pages >= 0]
+        worker.loc_pages += int(pages.size)
+        worker.loc_local += int((pages == here).sum())
+
+
+__all__ = ["OversubscriptionWarning", "Scheduler"]

@@ -1,0 +1,153 @@
+"""The atomics of ordered stream processing (Prasaad et al.; spec 000, A3): a flag, a
+counter with fetch-and-add, credits, a serial counter. Everything else in
+``reorder.py`` and ``hybrid.py`` is plain loads and stores of attributes, list slots and
+deque ends, whose atomicity this module's doc states too. This is the one module to
+swap (and re-validate with the step machines of ``tests/test_ordered_steps.py``) for a
+free-threaded CPython.
+
+What the GIL provides (CPython 3.11-3.13 with the GIL):
+
+* one bytecode runs at a time, and a thread switch happens only between bytecodes; so a
+  single load or store of an attribute, a list slot or a local, and every single call
+  into C that does not release the GIL (``deque.append``, ``deque.popleft``,
+  ``dict.pop``, ``Lock.acquire(blocking=False)``, ``next(itertools.count())``), is
+  atomic and *sequentially consistent*: all threads see one total order of them, the
+  program order of each thread included. That is the memory model the proofs of the
+  reorder buffer (Thm 3.1, R7) and of the hybrid queue (Thm 4.1) assume;
+* a read-modify-write written in Python (``x += 1``) is several bytecodes: another
+  thread may run between the read and the write. Hence ``AtomicCounter`` below.
+
+What a free-threaded build (PEP 703, ``python3.13t``) would need:
+
+* ``deque``, ``dict``, ``list`` and ``itertools.count`` operations stay atomic there
+  (they lock per object internally) and ``Lock`` is unchanged, so ``AtomicFlag``,
+  ``Credits``, ``serials`` and ``AtomicCounter`` keep their meaning as written;
+* but plain attribute stores (``rb.next = n + 1``, ``buffer[i] = o``) are no longer
+  ordered with respect to other threads' loads without a barrier: the reorder buffer's
+  ``next`` and slots would need real atomics (e.g. a C extension with
+  ``atomic_load``/``atomic_store`` in seq_cst order, or each slot store + the ``next``
+  store done under the flag's lock and read with acquire semantics). Until then the
+  ordered policy is for GIL builds; ``GIL_REQUIRED`` documents it and
+  ``require_gil()`` checks it at scheduler start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from collections import deque
+
+GIL_REQUIRED = True
+
+
+def require_gil() -> None:
+    """Raise on a free-threaded interpreter running without the GIL (see the module doc)."""
+    enabled = getattr(sys, "_is_gil_enabled", None)
+    if enabled is not None and not enabled():
+        from bobox_sched.core.errors import BoboxError
+
+        raise BoboxError("the ordered policy's atomics (bobox_sched.core.sync) assume the GIL; this "
+                         "interpreter runs without it (start it with PYTHON_GIL=1)")
+
+
+class AtomicFlag:
+    """The paper's ``atomic_flag`` (F4:L4): ``test_and_set()`` returns the previous value
+    and leaves the flag set; ``clear()`` resets it. Built on a non-blocking
+    ``Lock.acquire`` (opposite sense: acquiring succeeds when the flag was clear), so it
+    never blocks, with or without the GIL."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def test_and_set(self) -> bool:
+        return not self._lock.acquire(False)
+
+    def try_set(self) -> bool:
+        """True if this call set the flag (it was clear): ``not test_and_set()``."""
+        return self._lock.acquire(False)
+
+    def clear(self) -> None:
+        self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._lock.locked()
+
+    def raw(self):
+        """The underlying lock, for a hot loop that calls ``acquire(False)`` (= ``try_set``)
+        and ``release()`` (= ``clear``) without a Python frame per call. Same protocol."""
+        return self._lock
+
+
+class AtomicCounter:
+    """An integer with ``fetch_add``/``fetch_sub`` (the hybrid queue's ``count[p]``, F7).
+    Python has no fetch-and-add on an int, so the read-modify-write is done under a tiny
+    lock of its own, held for two bytecodes, never while calling anything else (spec
+    A3: "a tiny per-bucket lock around the read-modify-write"). ``load`` is a plain read."""
+
+    __slots__ = ("value", "_lock")
+
+    def __init__(self, value: int = 0):
+        self.value = value
+        self._lock = threading.Lock()
+
+    def fetch_add(self, k: int = 1) -> int:
+        with self._lock:
+            v = self.value
+            self.value = v + k
+        return v
+
+    def fetch_sub(self, k: int = 1) -> int:
+        with self._lock:
+            v = self.value
+            self.value = v - k
+        return v
+
+    def load(self) -> int:
+        return self.value
+
+
+class Credits:
+    """Credits of the credit-gated dequeue (spec A4): a worker takes one before it
+    dequeues a unit, the drainer gives one back after ``next`` moved past a unit. The
+    credits are tokens in a deque: ``take`` is one ``pop`` (atomic), ``give`` one
+    ``append``; no lock, never blocks. ``len`` is a snapshot."""
+
+    __slots__ = ("_tokens", "capacity")
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._tokens = deque([None] * capacity)
+
+    def take(self) -> bool:
+        try:
+            self._tokens.pop()
+        except IndexError:
+            return False
+        return True
+
+    def give(self) -> None:
+        self._tokens.append(None)
+
+    def available(self) -> int:
+        return len(self._tokens)
+
+
+def round_robin():
+    """A cursor for round-robin choices shared between threads: a callable returning
+    0, 1, 2, ... (``k % n`` picks the k-th of n). One C call, never two threads the
+    same number: the check-then-act ``k = x.rr; x.rr = k + 1`` it replaces gave two
+    threads the same k when one was switched out between the load and the store."""
+    return itertools.count().__next__
+
+
+def serials(start: int = 1):
+    """A serial-number source (per operator, starting at 1 [L115]): a callable returning
+    1, 2, 3, ... ``itertools.count.__next__`` is one C call, atomic under the GIL and
+    internally locked in free-threaded builds."""
+    return itertools.count(start).__next__
+
+
+__all__ = ["AtomicCounter", "AtomicFlag", "Credits", "GIL_REQUIRED", "require_gil", "round_robin", "serials"]

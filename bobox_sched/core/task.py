@@ -1,0 +1,375 @@
+"""Tasks: the operator state machine, packet delivery with back-pressure, and running a task.
+
+A *task* is "run this operator once". Because an operator has at most one pending task
+(the token below), a task is represented by the operator object itself; the policy
+decides which list it goes to:
+
+* receiving a packet (or an end of stream) creates an **immediate** task, pushed by the
+  sending thread to *its own* immediate list: the packet is hot in that thread's cache;
+* ``ctx.reschedule()`` and a blocked sender being woken create a **deferred** task, put
+  in the request's deferred list (Bobox paper, section 3.1).
+
+The paper's states (Nothing, Scheduled, Running, Running and scheduled) are kept with
+two fields and no lock, so the per-task path takes none:
+
+* ``op._bx_tok``, a ``threading.Lock`` used as a token: held while the operator has a
+  task in some list or is running (Scheduled / Running), free when it has nothing to do
+  (Nothing). Whoever takes it with ``acquire(blocking=False)`` -- one C call, a real
+  test-and-set -- is the one thread that pushes the task; the thread that runs the task
+  keeps it, and at the end of the run either pushes the next task itself (keeping the
+  token) or releases it. A FINISHED operator keeps it for ever: no task is made again.
+* ``op._bx_again``: "run again" (Running and scheduled). Anyone who wants the operator
+  to run -- a delivery, a woken waiter, an external ``schedule`` -- first publishes what
+  the run must see (appends the packet, ...), then sets ``_bx_again``, then tries the
+  token. A run clears ``_bx_again`` when it starts; at its end, when it would stop, it
+  releases the token and *then* reads ``_bx_again`` (and its input buffers) again, and
+  takes the token back if needed. A trigger either lands before the run starts (the run
+  sees its effect), or during the run (the end sees ``_bx_again``), or after the token
+  was released (its own ``acquire`` succeeds). Exactly one of the racing parties wins
+  the token, so there is never more than one task, and never none when one is due.
+
+Protocol (who touches what, when):
+
+* ``op._bx_inq[j]`` (a deque per input) has one producer, the operator at the far end of
+  the edge (one thread at a time, by the same token rule), and one consumer, the
+  running operator: ``append`` and ``popleft`` are each one atomic step, and only the
+  producer grows it, so the producer's capacity check ``len(q) >= cap`` can only be
+  pessimistic. ``op._bx_closed[j]`` is set by that producer after its last packet.
+* A sender whose packet is rejected by a full buffer appends itself to the receiver's
+  ``_bx_waiters`` (a deque) and then looks at the buffer again: if room appeared
+  meanwhile it goes on. ``take_input`` pops a packet and then drains ``_bx_waiters``,
+  scheduling each. Either the receiver's drain sees the waiter, or the waiter's second
+  look sees the room: no sender waits for room that exists (no lost wake-up). A sender
+  may be woken twice; a second ``schedule`` of a scheduled operator does nothing.
+* ``op._bx_finished`` is set once, by the thread running the operator when it finishes
+  (or drops the task of an ended request); senders then drop what they send (a limit
+  that finished early). A sender that raced past the flag appends to a buffer nobody
+  reads: the packet is released when the request ends.
+* ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed``,
+  ``op._bx_openidx`` and ``op._bx_idle`` belong to the thread running the operator; only
+  it touches them, and only one thread runs an operator at a time (the token). The
+  hand-over from one run's thread to the next is ordered by the token (a lock release
+  and acquire).
+* No lock is held while calling into the policy, so a policy may take its own.
+
+GIL and free-threaded builds: the argument above needs each deque operation and each
+attribute store to be atomic and all of them sequentially consistent. The GIL gives that.
+A free-threaded CPython makes deque operations and attribute stores atomic too (per-object
+critical sections), and the token's acquire/release are full barriers; the reads of
+``_bx_again``/buffers after a release would need an explicit fence there (a release of
+an uncontended lock is not one for a *later* read): the place to add it is marked
+``# fence`` below.
+
+What an operator may send (checked in ``Context.send`` before ``send`` here, so the
+runtime never queues garbage): a :class:`~bobox_sched.core.packet.Packet` (an identity test of
+its class, ``isinstance`` only for subclasses), on an output it has not closed
+(``ctx.close`` removes the port from ``_bx_openidx``, the dict ``Context.send`` looks
+ports up in, so this check costs nothing per packet). Anything else, and an unknown
+port, raises ``OperatorError`` inside the run, which fails the request like any
+exception of the operator. Equal column lengths are not checked: that would loop over
+the columns of every packet.
+
+No progress. A run ends in one of the branches at the bottom of ``run_task``; only one of
+them can repeat without end on its own: *re-queued because the input buffer is not empty*
+(not finishing, nothing left in the outbox, no ``reschedule()``, and nothing delivered
+during the run, or ``_bx_again`` would be set). An operator that stops reading an input
+stays there forever: its full buffer stops its senders, so nothing else changes, and the
+run is repeated as fast as a core allows (and ``shutdown()`` waits for the request for
+ever). Protocol:
+
+* ``op._bx_idle`` (running thread's): ``take_input`` (a packet taken) and ``send`` (a
+  packet or end of stream sent) set it to 0; that branch adds 1. It counts the re-queues
+  for unread input since the operator last took or sent something. The other branches
+  leave it alone: a reschedule, a blocked outbox or a new delivery are not repeats of
+  the same stuck state.
+* The first such re-queue after progress is an immediate task, as it always was (a
+  stream operator that took one of several buffered packets). Later ones are deferred:
+  a run that took nothing has no hot packet to run near, and behind the request's other
+  tasks whatever it waits for may run first (``bobox`` pops a worker's own immediate
+  list newest first: it would run the same operator again at once, starving the rest
+  of that list).
+* At ``STALL_RUNS`` the operator is made FINISHED and its request fails with
+  ``OperatorStalled`` naming the operator and the input ports it left unread. The
+  request ends like any failed one (operators dropped, the scheduler forgets it), so
+  ``shutdown()`` returns.
+* Cost on the per-task path: one attribute store per packet taken or sent and an
+  add/compare per re-queue; no lock, no clock read, no allocation.
+
+Operators that follow the rule of ``operator.py`` (keep consuming every input; a hash
+join stashes probe packets) never reach a second such re-queue: the unit, stress and
+TPC-H tests and ``bobox run`` (both policies, 4 KiB and 512 KiB packets, parallel 1 and
+4) counted none.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bobox_sched.core.errors import OperatorStalled
+from bobox_sched.control.punct import END as EOS
+from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
+
+# Re-queues for unread input without a packet taken or sent, after which an operator is
+# stalled and its request fails ("No progress" above). Legitimate plans never pass 1
+# (see above). A run of an operator that reads nothing cost 1.9 us (bobox) to 3.3 us
+# (simple) on the 2-core development VM (``Deaf`` of tests/test_api_errors.py: 100_000
+# runs in 0.19-0.34 s and 0.33-0.42 s, machine shared), so this gives up after about
+# 0.2-0.4 s of one core: long
+# enough for an operator that breaks the rule to be unblocked by work on another thread
+# before it is declared stuck, short enough that a stuck request fails before a user
+# wonders.
+STALL_RUNS = 100_000
+
+
+def claim(op) -> bool:
+    """Trigger `op` (any thread, after publishing what its run must see) and try to take
+    its token. True: the caller now holds it and must hand the task to a policy (the
+    module doc's protocol). False: a pending or running task will run it again."""
+    op._bx_again = True
+    if op._bx_tok.acquire(False):
+        op._bx_again = False  # the task the caller pushes sees what was published before
+        return True
+    return False
+
+
+def release(op) -> bool:
+    """The end of a run that found nothing to do: release `op`'s token, then look at
+    ``_bx_again`` again (a trigger that found the token taken relies on this second
+    look). True: a trigger raced in and the caller holds the token again."""
+    op._bx_tok.release()
+    # fence (module doc)
+    if op._bx_again and op._bx_tok.acquire(False):
+        op._bx_again = False
+        return True
+    return False
+
+
+def schedule(op, worker, immediate: bool) -> None:
+    """Ask for `op` to run (any thread). Creates a task only if the operator had none
+    and is not running; otherwise the running or pending task runs it again."""
+    if claim(op):
+        _push(op, worker, immediate)
+
+
+def _push(op, worker, immediate: bool) -> None:
+    """Hand the task of `op` (whose token the caller holds) to the policy."""
+    req = op._bx_req
+    aff = op._bx_node
+    if aff is not None and (worker is None or worker.node_id != aff or not immediate):
+        # The operator lives on a node (Plan.place): a task for it from elsewhere, or a
+        # deferred one (the request's deferred list is shared with other nodes once the
+        # balancer shares the request), goes to that node's pinned list.
+        req.policy.push_on(req, op, node=aff)
+        return
+    if immediate and worker is not None:
+        req.policy.push_immediate(worker, op)
+    else:
+        req.policy.push_deferred(req, op, worker)
+
+
+def _deliver(worker, src, i: int, item) -> bool:
+    """Put `item` (a packet, a punctuation or EOS) into the buffer at the far end of
+    output `i` of `src`, and make sure the receiver runs. False if the buffer is full
+    (then `src` is registered as a waiter and scheduled when there is room)."""
+    dst, j = src._bx_dst[i]
+    if dst._bx_finished:
+        return True  # the receiver finished early (e.g. a limit): drop
+    if item is EOS:
+        dst._bx_closed[j] = True
+    else:
+        q = dst._bx_inq[j]
+        if len(q) >= dst._bx_cap:
+            dst._bx_waiters.append(src)
+            # fence: a free-threaded build needs a full barrier between the append above
+            # and the length read below (module doc).
+            if len(q) >= dst._bx_cap:
+                return False  # the receiver's next take schedules us
+            if dst._bx_finished:
+                return True
+        q.append(item)
+    dst._bx_again = True
+    if dst._bx_tok.acquire(False):
+        dst._bx_again = False
+        if worker is not None and dst._bx_node is None:  # _push's common case, inlined
+            dst._bx_req.policy.push_immediate(worker, dst)
+        else:
+            _push(dst, worker, True)
+    return True
+
+
+def send(worker, op, i: int, item) -> bool:
+    """Send on output `i` of `op`, keeping per-edge order: behind anything already
+    waiting in the outbox. True if delivered now."""
+    op._bx_idle = 0  # progress: a packet or an end of stream was sent
+    ob = op._bx_outbox
+    if not ob and op._bx_deliver(worker, op, i, item):
+        return True
+    ob.append((i, item))
+    return False
+
+
+def flush(worker, op) -> bool:
+    """Resend what waits in the outbox, in order. True when it is empty."""
+    ob = op._bx_outbox
+    while ob:
+        i, item = ob[0]
+        if not op._bx_deliver(worker, op, i, item):
+            return False
+        ob.popleft()
+    return True
+
+
+def _wake_waiters(worker, op) -> None:
+    """Schedule the senders waiting for room in `op`'s buffers (deferred tasks)."""
+    waiters = op._bx_waiters
+    while waiters:
+        try:
+            w = waiters.popleft()
+        except IndexError:  # another drainer (a finishing run) took the last one
+            return
+        schedule(w, worker, False)
+
+
+def take_input(worker, op, j: int):
+    """Pop the oldest item of input `j` of `op` (the running operator), waking the
+    senders that were waiting for room. Punctuations the operator does not handle itself
+    are handled here (``_runtime_punct``) and the next item is taken."""
+    q = op._bx_inq[j]
+    while q:
+        pkt = q.popleft()  # the only consumer: cannot fail after the test
+        op._bx_idle = 0  # progress
+        if op._bx_waiters:
+            _wake_waiters(worker, op)
+        if isinstance(pkt, Punctuation):
+            if _runtime_punct(worker, op, j, pkt):
+                continue
+            return pkt
+        sampler = worker.locality_sampler
+        if sampler is not None:
+            sampler(worker, pkt)
+        return pkt
+    return None
+
+
+def _runtime_punct(worker, op, j: int, p) -> bool:
+    """Handle punctuation `p` taken from input `j` of `op` on the operator's behalf; False
+    if the operator receives it itself (an expecting input, or a control-aware operator).
+
+    Pulses and latency markers pass through every operator (pulses must cross even an
+    operator that drops every row; markers measure the path). Markers reaching an
+    operator with no outputs (a sink) are measured there. Other punctuations on an
+    oblivious input are forwarded on the outputs that preserve them, else dropped."""
+    if op.control_aware:
+        return False
+    if isinstance(p, RUNTIME_ONLY):
+        n = len(op.outputs)
+        if n:
+            for i in range(n):
+                send(worker, op, i, p)
+        elif isinstance(p, Marker):
+            op._bx_req.record_marker(p)
+        return True
+    if op._bx_pexpect[j]:
+        return False
+    for i in op._bx_ppreserve:
+        send(worker, op, i, p)
+    return True
+
+
+def _finish(worker, op) -> None:
+    """`op` will never run again (finished, or its request ended): drop what waits in
+    its buffers, let its blocked senders go on (they drop what they send it). The token
+    stays taken for ever."""
+    op._bx_finished = True
+    for q in op._bx_inq:
+        q.clear()
+    _wake_waiters(worker, op)
+
+
+def run_task(worker, op) -> None:
+    """Run `op` once on `worker` (the thread calling this; it holds the token)."""
+    req = op._bx_req
+    if req.state is not req.ACTIVE:
+        # The request failed or was cancelled: drop the task, free what it holds.
+        op._bx_outbox.clear()
+        _finish(worker, op)
+        return
+    worker.last_req = req
+    op._bx_again = False  # triggers from now on are seen at the end of this run
+    ctx = worker.ctx
+    ctx.op = op
+    try:
+        if not op._bx_outbox or flush(worker, op):
+            if not op._bx_finishing:
+                op.process(ctx)
+            if op._bx_outbox:
+                flush(worker, op)
+    except BaseException as e:  # noqa: BLE001 - the request fails, the worker carries on
+        ctx.op = None
+        op._bx_finished = True
+        # The traceback starts in the operator's code: this frame (still running, so
+        # its locals cannot be cleared) would keep the request's operators alive.
+        if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+            e.__traceback__ = e.__traceback__.tb_next
+        req.fail(e, op)
+        # The operator's frames still point back here (f_back): drop our references to
+        # the request so that the kept traceback does not pin its memory.
+        del op, req, ctx, e
+        return
+    ctx.op = None
+
+    blocked = bool(op._bx_outbox)
+    if op._bx_finishing and not blocked:
+        _finish(worker, op)
+        req.op_finished(op)
+        return
+
+    resched = op._bx_resched
+    op._bx_resched = False
+    if op._bx_again:
+        # Triggered during the run (Running and scheduled): run again, keeping the token.
+        op._bx_again = False
+        if resched.__class__ is float:
+            resched = True  # scheduled anyway: a delay no longer applies
+        _push(op, worker, not resched)
+        return
+    if not blocked:
+        if resched:
+            if resched.__class__ is float:  # ctx.reschedule(delay): a timer pushes the task
+                req.policy.push_later(req, op, resched)
+            else:
+                _push(op, worker, False)
+            return
+        for q in op._bx_inq:
+            if q:
+                # Unread input: run again. No progress detection (module doc): `idle`
+                # counts these re-queues since the operator last took or sent a packet.
+                idle = op._bx_idle + 1
+                op._bx_idle = idle
+                if idle < STALL_RUNS:
+                    _push(op, worker, idle == 1)  # no progress: wait behind others
+                else:
+                    op._bx_finished = True
+                    req.fail(_stalled(op), op)
+                return
+    # Nothing to do (or blocked: the receiver's next take schedules us). Release, then
+    # look again: a trigger that came after the check above and before the release
+    # found the token taken and relies on this second look.
+    op._bx_tok.release()
+    # fence (module doc)
+    if op._bx_again or (not blocked and any(op._bx_inq)):
+        if op._bx_tok.acquire(False):
+            op._bx_again = False
+            _push(op, worker, True)
+
+
+def _stalled(op) -> OperatorStalled:
+    """The error of an operator that made no progress in STALL_RUNS runs in a row."""
+    unread = [(port, len(q)) for port, q in zip(op.inputs, op._bx_inq) if q]
+    ports = ", ".join(f"{port!r} ({n} packet{'s' if n != 1 else ''})" for port, n in unread) or "none"
+    return OperatorStalled(
+        f"operator {op.name!r} ({type(op).__name__}) made no progress: run {STALL_RUNS} times in a "
+        f"row for its unread input on {ports} without taking or sending a packet; an operator "
+        "must keep consuming every input (stash packets it cannot use yet), or call "
+        "ctx.reschedule() to be run again without reading"
+    )

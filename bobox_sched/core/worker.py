@@ -1,0 +1,144 @@
+"""Worker threads: each runs ``policy.next_task`` then ``run_task``, forever.
+
+Fields are owned by the worker's own thread except where noted: the immediate list
+``imm`` is appended to and popped at its newest end only by its owner, and popped at the
+oldest end by thieves of the same node (``collections.deque`` makes each of those one
+atomic operation); ``park`` is the worker's binary semaphore, released by exactly one
+waker per sleep (the one that took the worker out of its node's idle list).
+
+``released_ns`` is the time this worker spent in calls that release the GIL (nogil
+kernels, large numpy copies), added by the operator library's timing wrappers while
+they are switched on (``operators.released``); like every metric here, only the
+worker's own thread writes it, so it needs no lock (with or without the GIL: one
+writer, and readers only sum snapshots). ``current_worker()`` lets such code, which has
+no context argument, find the worker of the thread it runs on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import deque
+
+from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, prefer_node
+from topology.memory import live_nodes
+
+from bobox_sched.core.operator import Context
+
+_current = threading.local()  # .worker: the Worker whose thread this is (set once, by it)
+
+
+def current_worker():
+    """The :class:`Worker` running on the calling thread, or None on any other thread."""
+    return getattr(_current, "worker", None)
+
+
+class Worker:
+    def __init__(self, scheduler, wid: int, node=None, cpus=None):
+        self.id = wid
+        self.scheduler = scheduler
+        self.node = node  # the policy's per-node state (None: not bound to a node)
+        self.node_id = node.os_index if node is not None else None
+        self.cpus = tuple(cpus) if cpus else None  # CPU set to pin to, or None
+        self.imm = deque()  # immediate tasks (operators), newest on the right
+        self.last_req = None  # the request this worker ran last (locality step 2)
+        self.park = threading.Lock()  # binary semaphore: held = no wake-up pending
+        self.park.acquire()
+        self.ctx = Context(self, scheduler)
+        self.locality_sampler = scheduler._locality_sampler
+        self.pinned_mask: set | None = None
+        # metrics, written by this thread only
+        self.steps = [0] * 6  # index 1..5 = locality step that found the task / slept
+        self.last_step = 0  # step that found the task being run (set by the policy)
+        self.tasks = 0
+        self.steals = 0
+        self.sleeps = 0
+        self.wakeups = 0
+        self.busy_ns = 0
+        self.released_ns = 0  # part of busy_ns spent with the GIL released (module doc)
+        self.loc_seen = 0  # packets taken (locality sampling counts them)
+        self.loc_samples = 0
+        self.loc_pages = 0
+        self.loc_local = 0
+        self.thread = threading.Thread(
+            target=self._main,
+            name=f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _bind_to_node(self) -> None:
+        """Pin to the node's CPUs and prefer its memory. Never fatal: a worker that
+        cannot be pinned still schedules correctly (with less locality), and says so."""
+        try:
+            if self.cpus:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", PinningWarning)
+                    self.pinned_mask = pin_to_cpus(self.cpus)
+                if caught:
+                    self.scheduler._warn(str(caught[0].message))
+                # Only real nodes have memory to prefer (a topology may be a captured or
+                # a virtual one).
+                if self.node_id is not None and numa_available() and self.node_id in live_nodes():
+                    prefer_node(self.node_id)
+            else:
+                self.pinned_mask = current_mask()
+        except Exception as e:  # noqa: BLE001 - see docstring
+            self.pinned_mask = current_mask()
+            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}")
+
+    def _main(self) -> None:
+        _current.worker = self
+        self._bind_to_node()
+        next_task = self.scheduler.policy.next_task
+        run_task = self.scheduler.policy.run_task
+        if not self.scheduler.task_stats:
+            self._main_lean(next_task, run_task)
+            return
+        clock = time.perf_counter_ns
+        wid = self.id
+        while True:
+            try:
+                op = next_task(self)
+            except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
+                self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e}")
+                continue
+            if op is None:
+                return
+            self.tasks += 1
+            req = op._bx_req
+            req.wsteps[wid][self.last_step] += 1  # this worker's row: no other writer
+            t0 = clock()
+            try:
+                run_task(self, op)
+            except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
+                req.fail(e, op)  # its request fails with the error; the others carry on
+            self.busy_ns += clock() - t0
+            # Drop our references before possibly sleeping in next_task: a sleeping
+            # worker must not pin the last request's operators and packets.
+            op = req = None
+
+    def _main_lean(self, next_task, run_task) -> None:
+        """The loop of ``Scheduler(task_stats=False)``: no clock read and no per-request
+        locality-step counter per task (``busy_s``, a request's ``tasks``/``steps`` and
+        the serial fraction then read 0; the worker's own counters, which the policy
+        keeps, go on). Two ``perf_counter_ns`` calls and a nested list
+        increment are about 0.15 us of the ~1.2 us a trivial task costs
+        (``bobox bench overhead`` runs both loops side by side)."""
+        while True:
+            try:
+                op = next_task(self)
+            except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
+                self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e}")
+                continue
+            if op is None:
+                return
+            self.tasks += 1
+            try:
+                run_task(self, op)
+            except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
+                op._bx_req.fail(e, op)
+            op = None

@@ -1,0 +1,169 @@
+"""The two threading models IBM Streams offers beside ``dynamic`` (Schneider & Wu section
+2.2), as comparisons for policy ``streams`` (``Scheduler(policy="streams", model=...)``):
+
+``manual``
+    No queues and no scheduler threads: a send calls the receiving operator directly, on
+    the sending thread, so the thread of a source runs the whole graph below it (with one
+    source: one thread for everything; Streams without threaded ports, L43). The lowest
+    latency, no pipeline parallelism.
+``dedicated``
+    One thread and one bounded queue per operator input port (threaded ports everywhere):
+    a send puts the tuple in the receiving port's queue, blocking while it is full; the
+    port's own thread takes tuples in order and executes them. As many threads as input
+    ports.
+
+Both share ``streams_runtime``: port records, ``execute`` and source threads.
+
+Protocol:
+
+* manual: a send takes the receiving port's consumer lock and the operator's state lock
+  (blocking ``acquire``), executes, releases. Several sources (several threads) may meet
+  in one operator; the locks keep one thread per port and per operator. Locks are taken
+  in the order of the graph (a sender holds only locks of operators upstream of the one
+  it locks), so a DAG cannot deadlock on them. Sends nest one operator per level on the
+  sending thread; a failure at the bottom of the stack unwinds through the senders to the
+  thread's source loop, releasing their locks (streams_runtime, "Failures and the stack").
+* dedicated: each port's ``queue.Queue(capacity)`` has any number of producers (the
+  threads executing its upstream operators, or a source's thread) and one consumer, the
+  port's thread, which also takes the port's consumer lock and the operator's state lock
+  around each execution (two ports of one operator never run at once). A producer blocked
+  on a full queue re-checks every ``RECHECK_S`` that the receiver still runs and its
+  request is active, then drops the tuple. The port's thread ends when its operator
+  finished or at a STOP marker put when the request ends (not at the port's final
+  punctuation: ``ctx.reschedule()`` may still send it RERUN markers).
+"""
+
+from __future__ import annotations
+
+import queue
+
+from bobox_sched.policies.streams.runtime import StreamsBase
+from bobox_sched.policies.streams.threads import OpThread
+
+# How often a producer blocked on a full dedicated queue checks that its receiver still
+# runs (a cancelled request notifies no blocked producer): short enough to notice at once
+# for a person, long enough to cost nothing while tuples flow.
+RECHECK_S = 0.05
+
+_STOP = object()
+
+
+class ManualPolicy(StreamsBase):
+    name = "streams:manual"
+    model = "manual"
+
+    def create_workers(self) -> list:
+        return []
+
+    def deliver(self, worker, src, i, item) -> bool:
+        self.push_item(worker, src._bx_st_out[i], item)
+        return True
+
+    def push_item(self, worker, port, item) -> None:
+        if port.op._bx_finished:
+            return
+        cons = port.q.cons
+        m = port.mutex
+        # Each lock's try right after its acquire: at the bottom of a deep stack the
+        # second acquire may raise RecursionError (a call), which must not leave the
+        # first lock held (streams_runtime, "Failures and the stack").
+        cons.acquire()
+        try:
+            if m is None:
+                self.execute(worker, port, item)
+            else:
+                m.acquire()
+                try:
+                    self.execute(worker, port, item)
+                finally:
+                    m.release()
+        finally:
+            cons.release()
+
+
+class DedicatedPolicy(StreamsBase):
+    name = "streams:dedicated"
+    model = "dedicated"
+
+    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None):
+        super().__init__(scheduler, threads_per_node, pin=pin, queue_capacity=queue_capacity)
+
+    def create_workers(self) -> list:
+        return []
+
+    def register(self, request, ports) -> None:
+        """One queue and one thread per input port, started before the sources."""
+        threads = []
+        for port in ports:
+            port.dq = queue.Queue(self.capacity)
+            t = OpThread(self.scheduler, f"bobox-streams-port{request.id}-{port.name}", self._port_main, (port,),
+                         deep=False)
+            threads.append(t)
+        with self._threads_lock:
+            self.op_threads.update(threads)
+        for t in threads:
+            t.start()
+
+    def port_retired(self, port) -> None:
+        q = port.dq
+        if q is not None:
+            try:
+                q.put_nowait(_STOP)  # wakes the port's thread if it waits for a tuple
+            except queue.Full:
+                pass  # it is not waiting: it sees the request ended after its tuple
+
+    def deliver(self, worker, src, i, item) -> bool:
+        self.push_item(worker, src._bx_st_out[i], item)
+        return True
+
+    def push_item(self, worker, port, item) -> None:
+        op = port.op
+        if op._bx_finished:
+            return
+        q = port.dq
+        try:
+            q.put_nowait(item)
+            return
+        except queue.Full:
+            pass
+        req = port._bx_req
+        while True:
+            try:
+                q.put(item, timeout=RECHECK_S)
+                return
+            except queue.Full:
+                if op._bx_finished or req.state is not req.ACTIVE:
+                    return  # drop: nobody will take it
+
+    def _port_main(self, w, port) -> None:
+        q = port.dq
+        req = port._bx_req
+        op = port.op
+        cons = port.q.cons
+        m = port.mutex
+        try:
+            while True:
+                item = q.get()
+                if item is _STOP or req.state is not req.ACTIVE:
+                    return
+                cons.acquire()
+                if m is not None:
+                    m.acquire()
+                try:
+                    self.execute(w, port, item)
+                finally:
+                    if m is not None:
+                        m.release()
+                    cons.release()
+                if op._bx_finished:
+                    return  # (after its final punctuation a port may still get RERUNs)
+        finally:
+            self._op_thread_done(w)
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out["threads"] = len(self.op_threads)
+        return out
+
+
+__all__ = ["DedicatedPolicy", "ManualPolicy", "RECHECK_S"]

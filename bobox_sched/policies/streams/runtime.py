@@ -1,0 +1,437 @@
+"""What the three threading models of IBM Streams share (Schneider & Wu section 2.2):
+the port records of a request, ``execute`` (run an operator for one tuple of one input
+port), source operators on their own threads, and the options.
+
+The models differ only in how a submitted tuple reaches its port and which threads
+execute ports: ``dynamic`` (``streams.py``: any scheduler thread executes any port;
+push / reSchedule), ``manual`` and ``dedicated`` (``threading_models.py``).
+
+Mapping onto the runtime (spec section 5.2). A Streams tuple is one item of an output:
+a packet, a punctuation, or the final punctuation (``EOS``), all in band, in order.
+``execute(port, tuple)`` puts the tuple where the operator's ``ctx.recv`` finds it (its
+input buffer ``_bx_inq[j]``, empty between executions, or the closed flag for EOS) and
+calls ``process(ctx)`` once: the operator API is unchanged (R4), and scheduling happens
+only when the operator sends (``Policy.deliver``: the operator's ``ctx.send``, ``close``
+and ``punctuate`` end there), so the scheduler is non-preemptive (L162). A send never
+leaves an item in the sender's outbox: it returns once the tuple is queued, executed,
+or dropped because its receiver finished or its request ended; ``ctx.blocked`` is
+therefore always false.
+
+Protocol (who may touch what, when):
+
+* An operator's input buffers, closed flags and run-time fields are touched only by the
+  thread executing one of its ports, and that thread holds the port's consumer lock and,
+  for an operator with several inputs, the operator's state lock (``streams_ports``):
+  one thread at a time per operator. An operator that declared ``max_parallelism > 1``
+  has no state lock: its ports run concurrently, each thread sees only the port it
+  executes (``PortContext``), and the operator synchronises its own state (an SPL
+  operator without the automatic state lock, e.g. a Gate).
+* Executions nest: a thread in ``execute`` may send, and the send may execute another
+  port on the same thread (reSchedule, or manual's direct call). The thread's context
+  object is shared by the nested executions, so ``execute`` saves and restores the
+  context's operator (and port) around ``process``.
+* ``_bx_finished`` of an operator is set once, by the thread whose execution made it
+  finish (``_bx_st_once``, a try-lock, makes ``op_finished`` run once even for an
+  operator whose ports run concurrently); senders drop what they send to a finished
+  operator.
+* A source operator runs on its own thread (``OpThread``, L168). It owns the operator's
+  task token while it runs (``Request.start`` took it): when it has nothing to do it
+  releases the token and waits; whoever takes the token to schedule it
+  (``task.schedule``: a ``StreamChannel.put``; a timer for ``ctx.reschedule(delay)``)
+  hands it back through ``push_deferred``, which sets the source's wake event.
+* ``ctx.reschedule()`` of a non-source operator puts a RERUN marker in its first input
+  port's queue, from the timer thread (never from the executing thread, which holds the
+  port and could wait on itself).
+* Failures and the stack: a nested execution may be at the bottom of the thread's stack
+  (manual's direct calls and reSchedule nest one operator per level). Failing the request
+  there (``Request.fail``) could itself overflow, after the request's state was set and
+  before its future completed: the request would never end. So an execution that is
+  nested (the thread's context, or its port context, is inside another operator) and
+  caught a ``RecursionError``, or has fewer than ``FAIL_RESERVE`` frames left, does not
+  fail the request: it raises ``_Unwind`` (a BaseException, which ``except Exception``
+  in operator code does not stop) carrying the error and the operator; every enclosing
+  execution re-raises it (their ``finally`` blocks release the ports they hold), and the
+  thread's outermost execution, or its source loop, fails the request with the error.
+* Port records are registered in ``place`` (before the request's sources start) and
+  retired in ``request_done``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from bobox_sched.core.errors import OperatorStalled
+from bobox_sched.core.operator import EOS
+from bobox_sched.core.task import release
+from bobox_sched.policies.base import Policy
+from bobox_sched.policies.streams.options import MODELS  # noqa: F401 -- re-exported: the models
+from bobox_sched.policies.streams.ports import RERUN, PortRecord, PortTable
+from bobox_sched.policies.streams.threads import OpThread, ensure_recursion
+
+
+
+# Frames a nested execution must have left below the recursion limit to fail its request
+# in place (module doc, "Failures and the stack"): Request.fail went 8-9 frames deep
+# (measured with sys.setprofile, 3.11, all three models), plus the request's done
+# callbacks, which run inside it.
+FAIL_RESERVE = 100
+
+
+class _Unwind(BaseException):
+    """An operator's failure on its way up to the thread's outermost execution (module
+    doc): ``args`` is ``(error, operator)``; ``levels`` counts the executions it left."""
+
+    levels = 1
+
+
+class StreamsBase(Policy):
+    """Ports, execute and source threads: the part of policy ``streams`` every threading
+    model uses. Subclasses set ``model``, ``deliver``, ``create_workers`` and
+    ``push_item`` (deliver one item to one port: the RERUN path)."""
+
+    name = "streams"
+    model = "?"
+    runtime_tasks = False  # every thread executes the plan's ports or a source (base.Policy)
+
+    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None):
+        super().__init__(scheduler, threads_per_node)
+        self.pin = pin
+        # Queue capacity in tuples (packets). Streams uses 1000 one-tuple slots per port
+        # ([OSS] ScheduledQueue::queueSize); a bobox packet holds up to half an L2 cache
+        # of rows, so the default is the scheduler's buffer size in packets, as for the
+        # other policies, and the experiments (one-row packets) ask for 1000.
+        self.capacity = queue_capacity or scheduler.buffer_packets
+        self.table = PortTable()
+        self.workers: list = []
+        # Global copies of shutdown / portsClosed, for threads without a record (L422).
+        self.g_shutdown = False
+        self.g_ports_closed = False
+        self._threads_lock = threading.Lock()
+        self.op_threads: set = set()  # live source / port threads
+        self.retired_executed = 0  # tuples executed by op threads that have ended
+        self.max_in_ports = 1  # largest number of input ports of a registered operator
+        self.max_conc_ports = 0  # ... of one that runs its ports concurrently
+        self.depth = 1  # longest pipeline registered (operators)
+        # The timer thread's stand-in worker (it executes RERUN markers it pushes).
+        self._timer_worker = OpThread(scheduler, "bobox-streams-timer", None)
+
+    # -- requests ------------------------------------------------------------------------
+    def place(self, request, node=None) -> None:
+        """Register the request's ports, before its sources start."""
+        request.nodes = []
+        ops = request.ops
+        ports = []
+        for op in ops.values():
+            n = len(op.inputs)
+            conc = op._bx_model.max_parallelism > 1
+            mutex = threading.Lock() if n > 1 and not conc else None
+            op._bx_st_ports = [PortRecord(op, j, self.capacity, mutex, conc) for j in range(n)]
+            op._bx_st_once = threading.Lock()
+            op._bx_st_rerun = False
+            if not n:
+                op._bx_st_thread = None
+                op._bx_st_wake = threading.Event()
+            ports.extend(op._bx_st_ports)
+            if n > self.max_in_ports:
+                self.max_in_ports = n
+            if conc and n > self.max_conc_ports:
+                self.max_conc_ports = n
+        for op in ops.values():
+            op._bx_st_out = [dst._bx_st_ports[j] for dst, j in op._bx_dst]
+        request.streams_ports = ports
+        depth = _longest_path(ops)
+        if depth > self.depth:
+            self.depth = depth
+        ensure_recursion(depth)
+        self.register(request, ports)
+
+    def register(self, request, ports) -> None:
+        """The model's part of registration (dynamic: the free list)."""
+
+    def request_done(self, request) -> None:
+        ports = getattr(request, "streams_ports", None)
+        if ports is None:
+            return
+        ops = {p.op for p in ports} | set(request.sources)
+        request.streams_dropped = self.table.retire(ports)
+        for port in ports:
+            self.port_retired(port)
+        for op in ops:
+            wake = getattr(op, "_bx_st_wake", None)
+            if wake is not None:
+                wake.set()  # a waiting source sees its request ended
+
+    def port_retired(self, port) -> None:
+        """The model's part of retirement."""
+
+    # -- tasks: sources and reruns ---------------------------------------------------------
+    def push_deferred(self, request, op, worker) -> None:
+        if request.state is not request.ACTIVE:
+            return
+        if not op.inputs:
+            if op._bx_st_thread is None:
+                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op,))
+                op._bx_st_thread = t
+                with self._threads_lock:
+                    self.op_threads.add(t)
+                t.start()
+            else:
+                op._bx_st_wake.set()
+            return
+        # ctx.reschedule() of an operator with inputs (we are on the timer thread).
+        op._bx_st_rerun = False
+        if not op._bx_finished:
+            self.push_item(self._timer_worker, op._bx_st_ports[0], RERUN)
+
+    def push_immediate(self, worker, op) -> None:
+        self.push_deferred(op._bx_req, op, worker)
+
+    def push_item(self, worker, port, item) -> None:
+        raise NotImplementedError
+
+    def next_task(self, worker):
+        return None  # only the dynamic model has scheduler threads
+
+    def wake_all(self) -> None:
+        self.g_ports_closed = True
+
+    def stop(self) -> None:
+        self.g_shutdown = True
+        with self._threads_lock:
+            threads = list(self.op_threads)
+        me = threading.current_thread()
+        for t in threads:
+            if t.thread is not me and t.thread.ident is not None:
+                t.thread.join(timeout=5.0)  # their requests ended: they exit at once
+
+    def _op_thread_done(self, w) -> None:
+        with self._threads_lock:
+            self.op_threads.discard(w)
+            self.retired_executed += w.executed
+
+    def _source_main(self, w, op) -> None:
+        """A source operator's own thread: run ``process`` until the source finishes or
+        its request ends (module doc: the task token)."""
+        req = op._bx_req
+        ctx = w.ctx
+        wake = op._bx_st_wake
+        try:
+            while True:
+                if req.state is not req.ACTIVE:
+                    op._bx_finished = True
+                    return
+                op._bx_again = False
+                ctx.op = op
+                try:
+                    op.process(ctx)
+                except BaseException as e:  # noqa: BLE001 - the request fails, nothing else
+                    ctx.op = None
+                    op._bx_finished = True
+                    if e.__class__ is _Unwind:  # failed downstream, executed on this thread
+                        self._fail_unwound(req, e)
+                    else:
+                        if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+                            e.__traceback__ = e.__traceback__.tb_next
+                        req.fail(e, op)
+                    del e
+                    return
+                ctx.op = None
+                if op._bx_finishing:
+                    if op._bx_st_once.acquire(False):
+                        op._bx_finished = True
+                        req.op_finished(op)
+                    return
+                resched = op._bx_resched
+                op._bx_resched = False
+                if op._bx_again or resched is True:
+                    continue
+                wake.clear()
+                if resched:  # reschedule(delay): the timer hands the token back
+                    self.push_later(req, op, resched)
+                elif release(op):
+                    continue  # a trigger raced in: run again, holding the token
+                wake.wait()
+        finally:
+            ctx.op = None
+            w.last_req = None
+            self._op_thread_done(w)
+
+    # -- executing one tuple -----------------------------------------------------------
+    def execute(self, w, port, item) -> None:
+        """Run the operator of `port` for one tuple, on the calling thread `w`, which
+        holds the port (and the operator's state lock). Exceptions of the operator fail
+        its request; the caller's locks are the caller's to release."""
+        op = port.op
+        req = port._bx_req
+        if op._bx_finished or req.state is not req.ACTIVE:
+            return  # finished early (a limit) or the request ended: drop
+        j = port.index
+        conc = port.concurrent
+        if item is EOS:
+            op._bx_closed[j] = True
+        elif item is RERUN:
+            j = -1
+        else:
+            op._bx_inq[j].append(item)
+        w.executed += 1
+        ctx = w.cctx if conc else w.ctx
+        prev_op = ctx.op
+        prev_port = ctx.port
+        ctx.op = op
+        ctx.port = j
+        try:
+            op._bx_idle = 1
+            op.process(ctx)
+            # An operator may read one packet per run (a hash join's probe side): run it
+            # again while it takes something and input is left.
+            while not op._bx_finishing and op._bx_idle == 0 and _unread(op, j, conc):
+                op._bx_idle = 1
+                op.process(ctx)
+        except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
+            # Up to the RecursionError test, attribute reads and stores only (module doc,
+            # "Failures and the stack"): at the bottom of the stack a call may raise a
+            # second RecursionError, which the enclosing execution would then handle.
+            ctx.op = prev_op
+            ctx.port = prev_port
+            op._bx_finished = True
+            nested = w.ctx.op is not None or w.cctx.op is not None
+            if e.__class__ is _Unwind:
+                if nested:
+                    e.levels += 1
+                    raise
+                self._fail_unwound(req, e)
+                del e
+                return
+            if nested and e.__class__ is RecursionError:
+                raise _Unwind(e, op) from None
+            if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
+                e.__traceback__ = e.__traceback__.tb_next
+            if nested and _near_limit():
+                raise _Unwind(e, op) from None
+            req.fail(e, op)
+            del e
+            return
+        ctx.op = prev_op
+        ctx.port = prev_port
+        if op._bx_finishing:
+            if op._bx_st_once.acquire(False):
+                op._bx_finished = True
+                for q in op._bx_inq:
+                    q.clear()
+                req.op_finished(op)
+            return
+        resched = op._bx_resched
+        if resched:
+            op._bx_resched = False
+            if not op._bx_st_rerun:
+                op._bx_st_rerun = True
+                self.push_later(req, op, resched if resched.__class__ is float else 0.0)
+            return
+        if op._bx_idle and all(op._bx_closed) and _unread(op, j, conc):
+            # Every input ended and the operator left input unread without taking
+            # anything: nothing will run it again.
+            op._bx_finished = True
+            req.fail(_stalled(op), op)
+
+    def _fail_unwound(self, req, u) -> None:
+        """Fail `req` with the error `u` carried up from a nested execution (module doc),
+        on the thread's outermost execution or source loop, where the stack has room."""
+        exc, op = u.args
+        tb = exc.__traceback__
+        if tb is not None and tb.tb_frame.f_code is _EXECUTE_CODE:
+            exc.__traceback__ = tb.tb_next  # as execute does: the trace starts in the operator
+        if exc.__class__ is RecursionError:
+            exc.add_note(
+                f"policy streams (model {self.model!r}): operator {op.name!r} ran nested {u.levels} executions "
+                f"deep on one thread (a send executes its receiver on the sending thread: in manual always, in "
+                f"dynamic by reSchedule when the receiver's queue is full) and reached the recursion limit "
+                f"({sys.getrecursionlimit()}); raise it (sys.setrecursionlimit) or use model='dedicated'")
+        req.fail(exc, op)
+
+    # -- metrics ---------------------------------------------------------------------------
+    def total_executed(self) -> int:
+        n = self.retired_executed + self._timer_worker.executed
+        for w in self.workers:
+            n += w.executed
+        with self._threads_lock:
+            threads = list(self.op_threads)
+        for t in threads:
+            n += t.executed
+        return n
+
+    def stats(self) -> dict:
+        with self._threads_lock:
+            n_op = len(self.op_threads)
+        return {
+            "model": self.model,
+            "queue_capacity": self.capacity,
+            "registered_ports": len(self.table),
+            "free_ports": len(self.table.free),
+            "operator_threads": n_op,
+            "executed": self.total_executed(),
+            "max_input_ports": self.max_in_ports,
+            "deadlock_min_threads": 1 + self.max_in_ports,
+            "depth": self.depth,
+        }
+
+
+_EXECUTE_CODE = StreamsBase.execute.__code__
+
+
+def _unread(op, j: int, conc: bool) -> bool:
+    """Input left in the operator's buffers (for one whose ports run concurrently: in the
+    buffer of the port this thread executes)."""
+    if conc:
+        return j >= 0 and bool(op._bx_inq[j])
+    for q in op._bx_inq:
+        if q:
+            return True
+    return False
+
+
+def _near_limit() -> bool:
+    """Fewer than FAIL_RESERVE frames left on this thread below the recursion limit (a
+    walk of the stack: on the failure path of nested executions only)."""
+    left = sys.getrecursionlimit() - FAIL_RESERVE
+    f = sys._getframe(1)
+    while f is not None:
+        left -= 1
+        if left <= 0:
+            return True
+        f = f.f_back
+    return False
+
+
+def _stalled(op) -> OperatorStalled:
+    unread = [(p, len(q)) for p, q in zip(op.inputs, op._bx_inq) if q]
+    ports = ", ".join(f"{p!r} ({n} packet{'s' if n != 1 else ''})" for p, n in unread) or "none"
+    return OperatorStalled(
+        f"operator {op.name!r} ({type(op).__name__}) made no progress: every input ended and it left "
+        f"{ports} unread without taking a packet; an operator must keep consuming every input")
+
+
+def _longest_path(ops) -> int:
+    """Operators on the longest path of the plan (how deep reSchedule can nest)."""
+    memo: dict = {}
+    order = list(ops.values())
+    # iterative DFS post-order: depth(op) = 1 + max depth of its receivers
+    for root in order:
+        if id(root) in memo:
+            continue
+        stack = [(root, False)]
+        while stack:
+            op, done = stack.pop()
+            if done:
+                memo[id(op)] = 1 + max((memo[id(d)] for d, _ in op._bx_dst), default=0)
+                continue
+            if id(op) in memo:
+                continue
+            stack.append((op, True))
+            for d, _ in op._bx_dst:
+                if id(d) not in memo:
+                    stack.append((d, False))
+    return max(memo.values(), default=1)
+
+
+__all__ = ["FAIL_RESERVE", "MODELS", "RERUN", "StreamsBase"]

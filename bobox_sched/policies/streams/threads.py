@@ -1,0 +1,226 @@
+"""Threads of the ``streams`` policy: scheduler threads with their per-thread record
+(Schneider & Wu L301-305, L451; [OSS] ``ScheduleThread``), operator threads (a source's
+own thread, a dedicated port thread: threads the scheduler does not own, L168), the NUMA
+order scheduler threads are pinned in, and the stack/recursion set-up that lets
+reSchedule nest through a deep pipeline.
+
+Protocol of a scheduler thread's record (who touches what, when):
+
+* ``suspended``, ``shutdown``, ``ports_closed``: written by the controller (the elastic
+  driver, the scheduler's shutdown), read by the owner once per tuple and once per
+  ``findWorkBlocking`` round. They are per-thread *copies* of process-wide conditions,
+  so the owner's loop never reads a cache line that every thread reads (L301-307). A
+  wake-up (``notify_*``) writes the flag under ``cond``'s lock and notifies ``cond``;
+  ``suspend()`` re-checks the flags under that lock before each wait, so a wake-up is
+  never lost. Setting ``suspended`` needs no lock: the owner sees it at its next check
+  (the scheduler is non-preemptive: the thread finishes its tuple first).
+* ``in_suspension`` (owner writes: true while parked in ``suspend()``), ``active``
+  (owner sets it every ``findWorkBlocking`` round: "not stuck in operator code"; the
+  controller clears it every period) and ``suspendable`` (controller) are read by the
+  controller to tell a thread that did not suspend from one that did.
+* ``executed`` is the owner's count of tuples executed; the controller sums the counts
+  of all threads once per period (plain int reads: a stale value moves a tuple into the
+  next period, nothing more).
+* ``block(delay)`` and ``suspend()`` are real blocking waits on the record's condition
+  variable (L317: not ``nanosleep``).
+
+GIL: the flags are plain attribute stores and loads; the GIL makes them sequentially
+consistent. A free-threaded build needs them to be atomics (stores with release, loads
+with acquire: ``suspended`` / ``ports_closed`` are "happens-before" signals), which
+per-object critical sections of attribute access give in CPython 3.13t.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from bobox_sched.core.operator import Context
+from bobox_sched.core.worker import Worker
+
+# Stack of every thread that may execute operators through reSchedule: an execution nests
+# execute -> process -> send -> push -> reSchedule -> execute ... once per operator of a
+# pipeline whose queues are full, so a 1,000-operator pipeline with queue capacity 1 nests
+# 1,000 deep. Pure-Python calls need no C stack since 3.11 (measured: a 5,000-deep chain of
+# such calls ran in a 1 MiB thread stack on 3.11-3.13); operators that call back through C
+# (numba dispatch, properties, __call__) do. 256 MiB is the spec's figure (section 5.1): it
+# is address space, committed only as it is touched.
+DEEP_STACK_BYTES = 256 * 1024 * 1024
+# Python frames per operator of nesting (deliver, reSchedule, execute, process, on_packet,
+# send, with room for the operator's own helpers), for sys.setrecursionlimit.
+FRAMES_PER_OPERATOR = 16
+
+_stack_lock = threading.Lock()
+
+
+def start_deep(thread: threading.Thread, stack_bytes: int = DEEP_STACK_BYTES) -> None:
+    """Start `thread` with a `stack_bytes` stack (``threading.stack_size`` is process-wide:
+    set, start, restore, under a lock so two callers do not restore each other's value)."""
+    with _stack_lock:
+        old = threading.stack_size()
+        try:
+            threading.stack_size(max(stack_bytes, old))
+        except (ValueError, RuntimeError):  # platform refuses: keep the default
+            thread.start()
+            return
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(old)
+
+
+def ensure_recursion(depth_ops: int) -> None:
+    """Let reSchedule nest through `depth_ops` operators (never lowers the limit)."""
+    want = 1000 + FRAMES_PER_OPERATOR * depth_ops
+    if sys.getrecursionlimit() < want:
+        sys.setrecursionlimit(want)
+
+
+class StreamsContext(Context):
+    """The context of a thread of policy ``streams``: also says which input port is being
+    executed, ``ctx.port`` (its index in ``op.inputs``; -1 when the operator runs without
+    a tuple: a source, a ``reschedule()``). An operator with many inputs may read only
+    that port instead of polling all of them (the other ports' buffers are empty: each
+    execution hands the operator one tuple). Other policies' contexts have no ``port``."""
+
+    __slots__ = ("port",)
+
+    def __init__(self, worker, scheduler):
+        super().__init__(worker, scheduler)
+        self.port = -1
+
+
+class PortContext(StreamsContext):
+    """The context of an operator whose input ports run concurrently (declared
+    ``max_parallelism > 1``): ``recv`` and ``has_input`` see only the port this thread is
+    executing (``port``), so two threads in one operator never take each other's
+    tuples. Operators without that declaration get a :class:`StreamsContext`."""
+
+    __slots__ = ()
+
+    def recv(self, port: str):
+        op = self.op
+        if op._bx_inidx.get(port, -2) != self.port:
+            if port not in op._bx_inidx:
+                return super().recv(port)  # raises the unknown-port error
+            return None
+        return super().recv(port)
+
+    def has_input(self, port: str) -> bool:
+        op = self.op
+        if op._bx_inidx.get(port, -2) != self.port and port in op._bx_inidx:
+            return False
+        return super().has_input(port)
+
+
+class StreamsWorker(Worker):
+    """A scheduler thread (runs Fig. 3's ``schedule()`` through the worker loop: the
+    policy's ``next_task`` is ``findWorkBlocking``, its ``run_task`` executes and drains
+    the port) with its thread record."""
+
+    is_scheduler_thread = True
+
+    def __init__(self, scheduler, wid: int, node=None, cpus=None, stack_bytes: int = DEEP_STACK_BYTES):
+        super().__init__(scheduler, wid, node, cpus)
+        self.ctx = StreamsContext(self, scheduler)
+        self.cctx = PortContext(self, scheduler)
+        self.stack_bytes = stack_bytes
+        self.suspended = False
+        self.shutdown = False
+        self.ports_closed = False
+        self.active = False
+        self.suspendable = True
+        self.in_suspension = False
+        self.cond = threading.Condition(threading.Lock())
+        self.executed = 0  # tuples executed by this thread
+        self.suspensions = 0
+        self.reschedules = 0  # reSchedule lock holds that executed tuples
+        self.item = None  # the tuple findWorkBlocking popped, for run_task
+
+    def start(self) -> None:
+        start_deep(self.thread, self.stack_bytes)
+
+    # -- owner side --------------------------------------------------------------------
+    def finished(self) -> bool:
+        return self.shutdown or self.ports_closed
+
+    def suspend(self) -> None:
+        """Park until woken (or shut down)."""
+        self.in_suspension = True
+        self.suspensions += 1
+        with self.cond:
+            while self.suspended and not self.shutdown and not self.ports_closed:
+                self.cond.wait()
+        self.in_suspension = False
+
+    def block(self, delay_s: float) -> None:
+        """A timed wait on the record's condition variable (woken early by notify_*)."""
+        with self.cond:
+            if not (self.shutdown or self.ports_closed):
+                self.cond.wait(delay_s)
+
+    # -- controller side ---------------------------------------------------------------
+    def notify_suspended(self) -> None:
+        self.suspended = True
+
+    def notify_wakeup(self) -> None:
+        with self.cond:
+            self.suspended = False
+            self.cond.notify()
+
+    def notify_ports_closed(self) -> None:
+        with self.cond:
+            self.ports_closed = True
+            self.cond.notify()
+
+    def notify_shutdown(self) -> None:
+        with self.cond:
+            self.shutdown = True
+            self.cond.notify()
+
+
+class OpThread:
+    """A thread the scheduler does not own: a source operator's own thread, or a port's
+    dedicated thread. It may execute operators (through reSchedule), so it looks like a
+    worker to the runtime (a context, a node for packet memory, counters) but has no
+    thread record: ``isFinished``/``isSuspended`` read the global values (L422)."""
+
+    is_scheduler_thread = False
+
+    def __init__(self, scheduler, name: str, target, args=(), deep: bool = True):
+        self.id = -1
+        self.scheduler = scheduler
+        self.node = None
+        self.node_id = None
+        self.cpus = None
+        self.ctx = StreamsContext(self, scheduler)
+        self.cctx = PortContext(self, scheduler)
+        self.locality_sampler = scheduler._locality_sampler
+        self.last_req = None
+        self.executed = 0
+        self.reschedules = 0
+        self.loc_seen = self.loc_samples = self.loc_pages = self.loc_local = 0
+        self.deep = deep
+        self.thread = threading.Thread(target=target, args=(self, *args), name=name, daemon=True)
+
+    def start(self) -> None:
+        if self.deep:
+            start_deep(self.thread)
+        else:
+            self.thread.start()
+
+
+def placement(topology, n: int, order: str = "fill") -> list:
+    """The NUMA node of each of `n` scheduler threads, in thread order: ``"fill"`` fills
+    one node's CPUs before the next, ``"interleave"`` deals threads round-robin over the
+    nodes. Threads beyond the CPU count wrap around. Since the elastic level suspends the
+    highest-numbered threads first, a level of k uses the first k places."""
+    nodes = list(topology.cpu_nodes)
+    if order == "interleave":
+        return [nodes[i % len(nodes)] for i in range(n)]
+    slots = [node for node in nodes for _ in node.cpus]
+    return [slots[i % len(slots)] for i in range(n)]
+
+
+__all__ = ["DEEP_STACK_BYTES", "OpThread", "PortContext", "StreamsContext", "StreamsWorker", "ensure_recursion", "placement",
+           "start_deep"]

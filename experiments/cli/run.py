@@ -1,0 +1,146 @@
+"""``bobox run`` (the main job) and ``bobox datagen``: light argument parsing here, heavy
+imports only when a command runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bobox_sched.core import limits
+from experiments.cli.argtypes import byte_size, count, path, scale_factor
+
+
+def add_scheduler_arguments(p) -> None:
+    p.add_argument("--policy", choices=["bobox", "simple", "ordered", "streams"], default="bobox", help="scheduling policy (default bobox)")
+    p.add_argument("--threads-per-node", type=count(limits.MAX_THREADS_PER_NODE), metavar="T",
+                   help=f"worker threads per NUMA node (default: all CPUs; at most {limits.MAX_THREADS_PER_NODE}, "
+                   "a warning when above the node's CPUs)")
+    p.add_argument("--packet-bytes", type=byte_size(), metavar="B",
+                   help=f"packet size, e.g. 64K (default: the policy's; half the L2 for bobox; "
+                   f"{limits.MIN_PACKET_BYTES} B to {limits.MAX_PACKET_BYTES // 2**20} MiB)")
+
+
+def add_run_arguments(p) -> None:
+    p.add_argument("queries", nargs="*", metavar="QUERY",
+                   help="TPC-H queries to run (default: q1 q3 q5 q6 q10 q12 q14 q18)")
+    p.add_argument("--data", type=path, metavar="DIR",
+                   help="TPC-H Parquet folder (default: data/tpch-sf<SF>, generated if missing)")
+    p.add_argument("--sf", type=scale_factor, metavar="X",
+                   help=f"scale factor to generate if the data is missing (default 0.1, at most {limits.MAX_SF:g})")
+    p.add_argument("--concurrency", type=count(limits.MAX_REQUESTS), default=2, metavar="N",
+                   help="N in N x M concurrent copies (default 2)")
+    p.add_argument("--repeat", type=count(limits.MAX_REQUESTS), default=2, metavar="M",
+                   help=f"M in N x M concurrent copies (default 2); queries x N x M is at most {limits.MAX_REQUESTS}")
+    p.add_argument("--parallel", type=count(limits.MAX_PARALLEL), metavar="K",
+                   help="decompose each query K ways (default: 1 when there are at least as many requests as "
+                   f"workers, else the number of workers, at most {limits.MAX_PARALLEL})")
+    add_scheduler_arguments(p)
+    p.add_argument("--output", type=path, metavar="DIR",
+                   help="write each query's result to DIR/<query>.parquet (atomically; DIR/_bobox_results.json "
+                   "marks a complete set)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_queries(names, known, default, more: str = "--concurrency and --repeat") -> list[str]:
+    """The queries to run, lower-cased: unknown ones and repeats (case-insensitive) are
+    refused (``run q6 q6 Q6`` ran q6 once under a header saying 3 queries)."""
+    from bobox_sched.core.errors import BoboxError
+
+    queries = [q.strip().lower() for q in (names or default)]
+    unknown = [q for q in queries if q not in known]
+    if unknown:
+        raise BoboxError(f"unknown query {unknown[0]!r} (known: {', '.join(known)})")
+    for q in queries:
+        if queries.count(q) > 1:
+            given = [n for n in names if n.strip().lower() == q]
+            raise BoboxError(f"query {q!r} given {len(given)} times ({' '.join(given)}); each query runs once per "
+                             f"copy (use {more} for more copies)")
+    return queries
+
+
+def check_requests(queries: int, copies: int, flags: str = "--concurrency x --repeat") -> int:
+    """queries x copies requests at once, at most ``limits.MAX_REQUESTS``."""
+    from bobox_sched.core.errors import BoboxError
+
+    n = queries * copies
+    if n > limits.MAX_REQUESTS:
+        raise BoboxError(f"{queries} queries x {copies} copies ({flags}) = {n} requests at once, above the cap of "
+                         f"{limits.MAX_REQUESTS} (bobox_sched/core/limits.py)")
+    return n
+
+
+def run(args) -> int:
+    from operators import tpch
+
+    queries = check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX)
+    check_requests(len(queries), args.concurrency * args.repeat)
+    if args.output is not None:
+        from experiments.cli.outputs import check_output_dir
+
+        check_output_dir(args.output, "--output")  # before the run, not after it
+    from bobox_sched import Scheduler
+
+    from experiments.workload import build_plans, check_data, choose_parallel, ensure_data, format_table, run_mix, write_results
+
+    from operators import released
+
+    released.enable()  # serial fraction: time with the GIL released, per worker
+    data = ensure_data(args.data, args.sf, progress=not args.no_progress)
+    check_data(data)  # every column typed as TPC-H says, before any query runs
+    with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:
+        requests = len(queries) * args.concurrency * args.repeat
+        parallel = args.parallel or choose_parallel(requests, len(s.workers))
+        print(f"data {data}; {len(queries)} queries x {args.concurrency}x{args.repeat} copies, parallel={parallel}, "
+              f"policy {args.policy}, {len(s.workers)} workers on {len(s.topology.cpu_nodes)} node(s)",
+              file=sys.stderr)
+        plans = build_plans(queries, data, parallel)  # loads the needed columns once
+        # One untimed request per query first: loads the numba kernels (compiled and
+        # cached on disk the first time ever) and fills the packet pools.
+        print("warming up (kernels, packet pools) ...", file=sys.stderr)
+        run_mix(s, plans, 1, progress=False)
+        res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
+    print(format_table(res))
+    if args.output is not None:
+        paths = write_results(res.results, args.output, command=["bobox", *getattr(args, "argv", [])])
+        print(f"wrote {len(paths)} result files to {args.output}/")
+    if args.json:
+        print(json.dumps(res.summary()))
+    return 1 if res.mismatches else 0
+
+
+def add_datagen_arguments(p) -> None:
+    p.add_argument("--sf", type=scale_factor, default=0.1, metavar="X",
+                   help=f"scale factor (default 0.1, at most {limits.MAX_SF:g}; the free disk space is checked)")
+    p.add_argument("--out", type=path, metavar="DIR", help="output folder (default data/tpch-sf<SF>, with --spark "
+                   "data/tpch-sf<SF>-spark); a symlink is followed")
+    p.add_argument("--spark", action="store_true",
+                   help="generate with Spark, partitioned for the executors (as bobox spark datagen)")
+    p.add_argument("--partitions", type=count(limits.MAX_PARTITIONS), metavar="P",
+                   help="with --spark: data partitions (default: one per executor and NUMA node)")
+    p.add_argument("--master", metavar="URL", help="with --spark: Spark master (default local[*])")
+
+
+def datagen_cmd(args) -> int:
+    if args.spark:
+        from experiments.cli.spark import check_master, check_spark_out
+        from experiments.spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, spark_datagen
+
+        master = args.master or DEFAULT_MASTER
+        check_master(master)
+        out = args.out or default_spark_data_dir(args.sf)
+        check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
+        path = spark_datagen(args.sf, out, master=master, partitions=args.partitions)
+        print(path)
+        return 0
+    if args.partitions is not None or args.master is not None:
+        from bobox_sched.core.errors import BoboxError
+
+        raise BoboxError("--partitions and --master need --spark")
+    from experiments.datagen import datagen
+
+    from experiments.workload import default_data_dir
+
+    path = datagen(args.sf, args.out or default_data_dir(args.sf))
+    print(path)
+    return 0
