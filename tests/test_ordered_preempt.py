@@ -163,7 +163,7 @@ def test_hybrid_queue_two_consumers_every_preemption_point(quota):
 
         def other():
             if any(c._lock.locked() for c in q.count):
-                return False  # inside a count's two-bytecode lock (atomics.AtomicCounter): it would wait
+                return False  # inside a count's two-bytecode lock (core.sync.AtomicCounter): it would wait
             consume()
 
         fired = preempt_at(n, consume, other)

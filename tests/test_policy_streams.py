@@ -50,7 +50,7 @@ class FakeOp:
 
 
 def ports(n, capacity=4):
-    return [PortRecord(FakeOp(f"op{i}"), 0, capacity, None, False) for i in range(n)]
+    return [PortRecord(FakeOp(f"op{i}"), None, 0, capacity, None, False) for i in range(n)]
 
 
 def test_spsc_queue_is_bounded_and_push_always_releases_the_producer_lock():
@@ -132,7 +132,7 @@ def test_find_work_skips_a_taken_port_and_a_busy_operator():
     table = PortTable()
     p = ports(2)
     m = threading.Lock()
-    two = [PortRecord(FakeOp("join", ("a", "b")), j, 4, m, False) for j in range(2)]
+    two = [PortRecord(FakeOp("join", ("a", "b")), None, j, 4, m, False) for j in range(2)]
     table.register(p + two)
     p[0].q.push("x")
     assert p[0].q.cons_try_lock()  # another thread executes port 0
@@ -466,7 +466,7 @@ def test_a_thread_told_to_suspend_inside_a_tuple_finishes_it_runs_one_more_and_p
         (w,) = s.workers
         h = s.submit(plan)
         sink = h._request.ops["sink"]
-        q = sink._bx_st_ports[0].q
+        q = s.policy.records[id(sink)].ports[0].q
         put_x(ch, [0])
         assert hold.entered.wait(WAIT_S)
         put_x(ch, range(1, n + 1))
@@ -506,7 +506,8 @@ def test_a_thread_told_to_suspend_inside_reschedule_stops_after_that_tuple_and_p
         (w,) = s.workers
         h = s.submit(plan)
         ops = h._request.ops
-        relay_q, sink_q = ops["relay"]._bx_st_ports[0].q, ops["sink"]._bx_st_ports[0].q
+        recs = s.policy.records
+        relay_q, sink_q = recs[id(ops["relay"])].ports[0].q, recs[id(ops["sink"])].ports[0].q
         put_x(ch, [0])
         assert at_relay.entered.wait(WAIT_S)
         put_x(ch, range(1, n + 1))
@@ -741,7 +742,7 @@ def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
         (w,) = s.workers
         h = s.submit(gate_plan(blocked))
         ops = h._request.ops
-        gate, relay_q = ops["gate"], ops["relay"]._bx_st_ports[0].q
+        gate, relay_q = ops["gate"], pol.records[id(ops["relay"])].ports[0].q
         assert blocked.wait(WAIT_S)
         until(lambda: not pol.op_threads)  # both sources pushed everything and ended
         assert pol.retired_executed == 0 and len(relay_q) == GATE_N + 1
@@ -868,7 +869,7 @@ def test_an_overflow_taking_the_state_lock_leaves_the_port_unlocked(model):
     op = FakeOp("gate", inputs=("a", "b"))
     op._bx_finished = False
     mutex = _StateLockOverflows()
-    port = PortRecord(op, 0, 1, mutex, False)
+    port = PortRecord(op, None, 0, 1, mutex, False)
     ran = []
     pol = SimpleNamespace(resched_limit=0, g_shutdown=False, g_ports_closed=False,
                           execute=lambda w, port, item: ran.append(item))

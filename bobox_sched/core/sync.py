@@ -1,9 +1,14 @@
-"""The atomics of ordered stream processing (Prasaad et al.; spec 000, A3): a flag, a
-counter with fetch-and-add, credits, a serial counter. Everything else in
-``reorder.py`` and ``hybrid.py`` is plain loads and stores of attributes, list slots and
-deque ends, whose atomicity this module's doc states too. This is the one module to
-swap (and re-validate with the step machines of ``tests/test_ordered_steps.py``) for a
-free-threaded CPython.
+"""Synchronisation: the runtime's atomics, and what it assumes of the interpreter.
+
+This is the one module whose correctness argument rests on the interpreter's memory
+model. Everything else states, in its module doc, which of the guarantees below it uses;
+the inventory at the end lists them, so that a free-threaded build (PEP 703) has one list
+of places to re-check.
+
+Primitives here: ``AtomicFlag`` (test-and-set on a non-blocking lock), ``AtomicCounter``
+(fetch-and-add under a tiny lock), ``Credits`` (tokens in a deque), ``serials`` and
+``round_robin`` (``itertools.count``: one C call per number). ``require_gil`` refuses to
+start a component whose argument still needs the GIL on an interpreter running without it.
 
 What the GIL provides (CPython 3.11-3.13 with the GIL):
 
@@ -14,21 +19,30 @@ What the GIL provides (CPython 3.11-3.13 with the GIL):
   atomic and *sequentially consistent*: all threads see one total order of them, the
   program order of each thread included. That is the memory model the proofs of the
   reorder buffer (Thm 3.1, R7) and of the hybrid queue (Thm 4.1) assume;
-* a read-modify-write written in Python (``x += 1``) is several bytecodes: another
-  thread may run between the read and the write. Hence ``AtomicCounter`` below.
+* a read-modify-write written in Python (``x += 1``, ``k = x.rr; x.rr = k + 1``) is
+  several bytecodes: another thread may run between the read and the write. Hence
+  ``AtomicCounter`` and ``round_robin`` below, and no such sequence anywhere else.
 
-What a free-threaded build (PEP 703, ``python3.13t``) would need:
+What a free-threaded build keeps and loses:
 
-* ``deque``, ``dict``, ``list`` and ``itertools.count`` operations stay atomic there
-  (they lock per object internally) and ``Lock`` is unchanged, so ``AtomicFlag``,
-  ``Credits``, ``serials`` and ``AtomicCounter`` keep their meaning as written;
-* but plain attribute stores (``rb.next = n + 1``, ``buffer[i] = o``) are no longer
-  ordered with respect to other threads' loads without a barrier: the reorder buffer's
-  ``next`` and slots would need real atomics (e.g. a C extension with
-  ``atomic_load``/``atomic_store`` in seq_cst order, or each slot store + the ``next``
-  store done under the flag's lock and read with acquire semantics). Until then the
-  ordered policy is for GIL builds; ``GIL_REQUIRED`` documents it and
-  ``require_gil()`` checks it at scheduler start.
+* ``deque``, ``dict``, ``list`` and ``itertools.count`` operations stay atomic (they lock
+  per object internally) and ``Lock`` is unchanged, so every primitive of this module
+  keeps its meaning as written;
+* plain attribute stores and loads used as flags or handshakes are no longer ordered with
+  respect to other threads' loads without a barrier. The places that rely on that today
+  (inventory) need an acquire/release pair from here before the GIL may be dropped; until
+  then the ordered policy checks with ``require_gil()`` at scheduler start, and the
+  domains issue's free-threaded path must replace the rest first.
+
+Inventory of the handshakes outside this module (each named in its module's doc):
+
+* ``core/task.py``: the token lock, ``_bx_again`` and the input deques (store-then-load
+  handshakes between a sender and the running thread);
+* ``core/packet.py``: per-size-class free deques, ``len`` of a deque as a snapshot;
+* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test);
+* ``policies/ordered/reorder.py`` and ``hybrid.py``: ``next`` and the window slots;
+* ``policies/streams/threads.py`` and ``dynamic.py``: the thread flags;
+* ``txn/coordinator.py``: ``done_batch`` / ``open_batch``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ HybridQueue protocol (F7, line by line; the step machine of
   so at most one worker runs bucket b (H1); ``parts[b]`` is FIFO, so b's units run in
   arrival order (H2). The quota is checked only between master entries: delegated
   units must be run by the active worker whatever its quota.
-* ``count[b]`` is an ``atomics.AtomicCounter`` (Python has no fetch-and-add).
+* ``count[b]`` is an ``core.sync.AtomicCounter`` (Python has no fetch-and-add).
 
 PartitionedQueues: one FIFO per bucket and an ownership flag per bucket (try-lock). A
 worker scans the buckets from its own (``start``), takes a free one and runs its units

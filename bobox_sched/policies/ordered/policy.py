@@ -237,6 +237,9 @@ class OrderedPolicy(Policy):
         self.drains: deque = deque()
         self.workers: list = []
         self._seq = 0
+        # id(source operator) -> its Stage, while its request lives: the policy's record
+        # of the operator, kept here rather than on the user's object (under _lock).
+        self._source_stages: dict = {}
         self._win_start = time.perf_counter()
         self.decisions = 0
         self.decision_ns = 0
@@ -307,6 +310,8 @@ class OrderedPolicy(Policy):
         stages = build_chain(self, order, len(self.workers), opts)
         request.e2e_ns = []
         with self._lock:
+            if stages[0].kind == SOURCE:
+                self._source_stages[id(src)] = stages[0]
             self._seq += 1
             if request.state is request.ACTIVE:
                 self.chains.append(_Chain(request, stages, self._seq))
@@ -314,6 +319,8 @@ class OrderedPolicy(Policy):
 
     def request_done(self, request) -> None:
         with self._lock:
+            for src in request.sources:
+                self._source_stages.pop(id(src), None)
             for ch in self.chains:
                 if ch.request is request:
                     self.chains.remove(ch)
@@ -344,9 +351,9 @@ class OrderedPolicy(Policy):
         self.push_deferred(op._bx_req, op, worker)
 
     def push_deferred(self, request, op, worker) -> None:
-        st = getattr(op, "_bx_stage", None)
-        if st is None or st.kind != SOURCE:
-            return
+        st = self._source_stages.get(id(op))
+        if st is None:
+            return  # not a source, or its request ended
         st.wants = True
         if self.idle:
             self.wake_one(st)

@@ -62,7 +62,7 @@ taken only when the interpreter switched threads inside it.
 policy gives a dequeue credit back there, so that a credit never admits a serial
 beyond ``next + capacity``).
 
-Atomicity: see ``atomics.py`` (the GIL makes each slot store/load, ``next`` store/load
+Atomicity: see ``core/sync.py`` (the GIL makes each slot store/load, ``next`` store/load
 and the flag's try-acquire one sequentially consistent step; the step machines of
 ``tests/test_ordered_steps.py`` check every interleaving of those steps).
 """

@@ -639,7 +639,6 @@ def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list
             cap = min(cap, options["source_capacity"])
         st = Stage(policy, op, pos, kind, M, cap, wl, reorder=options["reorder"], scheme=options["scheme"],
                    row_order=options["row_order"], window_full=options["window_full"])
-        op._bx_stage = st
         stages.append(st)
     for a, b in zip(stages, stages[1:]):
         a.down = b

@@ -266,7 +266,10 @@ class StreamsPolicy(StreamsBase):
     def deliver(self, worker, src, i, item) -> bool:
         """push(): the tuple `item` sent on output `i` of `src` goes into the receiving
         port's queue; if that fails, reSchedule. Returns True (delivered or dropped)."""
-        port = src._bx_st_out[i]
+        rec = self.records.get(id(src))
+        if rec is None:
+            return True  # the request ended (request_done dropped the records): drop
+        port = rec.out[i]
         if port.op._bx_finished:
             return True  # the receiver finished early: drop
         if not port.q.push(item):

@@ -56,7 +56,9 @@ class ManualPolicy(StreamsBase):
         return []
 
     def deliver(self, worker, src, i, item) -> bool:
-        self.push_item(worker, src._bx_st_out[i], item)
+        rec = self.records.get(id(src))
+        if rec is not None:  # None: the request ended (request_done dropped the records): drop
+            self.push_item(worker, rec.out[i], item)
         return True
 
     def push_item(self, worker, port, item) -> None:
@@ -113,7 +115,9 @@ class DedicatedPolicy(StreamsBase):
                 pass  # it is not waiting: it sees the request ended after its tuple
 
     def deliver(self, worker, src, i, item) -> bool:
-        self.push_item(worker, src._bx_st_out[i], item)
+        rec = self.records.get(id(src))
+        if rec is not None:  # None: the request ended (request_done dropped the records): drop
+            self.push_item(worker, rec.out[i], item)
         return True
 
     def push_item(self, worker, port, item) -> None:

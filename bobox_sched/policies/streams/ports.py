@@ -129,16 +129,18 @@ RETIRED_OP = _RetiredOperator()
 class PortRecord:
     """One input port of one operator of one request: what a tuple's ``port()`` names.
 
-    ``op`` and ``index`` say what to execute; ``q`` is the port's SPSCEnforcer;
+    ``op`` and ``index`` say what to execute, ``rec`` is the operator's record
+    (``runtime.OpRecord``); ``q`` is the port's SPSCEnforcer;
     ``mutex`` the operator's state lock (None for a single-input operator, or one that
     declared ``max_parallelism > 1``: it synchronises itself, its ports run
     concurrently); ``_bx_req`` the request (read by the worker loop like a task's).
     ``pid`` is the registration number (for tables and tests only)."""
 
-    __slots__ = ("op", "index", "q", "mutex", "_bx_req", "pid", "retired", "concurrent", "dq")
+    __slots__ = ("op", "rec", "index", "q", "mutex", "_bx_req", "pid", "retired", "concurrent", "dq")
 
-    def __init__(self, op, index: int, capacity: int, mutex, concurrent: bool):
+    def __init__(self, op, rec, index: int, capacity: int, mutex, concurrent: bool):
         self.op = op
+        self.rec = rec
         self.index = index
         self.q = SPSCEnforcer(capacity)
         self.mutex = mutex

@@ -31,7 +31,7 @@ Protocol (who may touch what, when):
   object is shared by the nested executions, so ``execute`` saves and restores the
   context's operator (and port) around ``process``.
 * ``_bx_finished`` of an operator is set once, by the thread whose execution made it
-  finish (``_bx_st_once``, a try-lock, makes ``op_finished`` run once even for an
+  finish (``OpRecord.once``, a try-lock, makes ``op_finished`` run once even for an
   operator whose ports run concurrently); senders drop what they send to a finished
   operator.
 * A source operator runs on its own thread (``OpThread``, L168). It owns the operator's
@@ -85,6 +85,30 @@ class _Unwind(BaseException):
     levels = 1
 
 
+class OpRecord:
+    """What policy ``streams`` keeps per operator of a request: the operator's input
+    ports, the ports its outputs feed (``out[i]``: the receiver of output i), the try-lock
+    that makes ``op_finished`` run once, the "a rerun is queued" flag, and for a source
+    its thread and wake-up event. The policy owns it (``StreamsBase.records``, keyed by
+    ``id(op)`` while the request lives; every ``PortRecord`` points to its operator's),
+    so nothing of the policy is stored on the user's operator object.
+
+    Who touches what: ``ports``, ``out`` and ``once`` are written at ``place`` (before
+    the request's sources start) and only read afterwards; ``rerun`` by the thread
+    executing the operator and the timer thread, ordered by the operator's task token;
+    ``thread`` and ``wake`` by whoever holds the source's token (``push_deferred``)."""
+
+    __slots__ = ("ports", "out", "once", "rerun", "thread", "wake")
+
+    def __init__(self):
+        self.ports: list = []
+        self.out: list = []
+        self.once = threading.Lock()
+        self.rerun = False
+        self.thread = None
+        self.wake = None
+
+
 class StreamsBase(Policy):
     """Ports, execute and source threads: the part of policy ``streams`` every threading
     model uses. Subclasses set ``model``, ``deliver``, ``create_workers`` and
@@ -109,6 +133,7 @@ class StreamsBase(Policy):
         self.g_ports_closed = False
         self._threads_lock = threading.Lock()
         self.op_threads: set = set()  # live source / port threads
+        self.records: dict[int, OpRecord] = {}  # id(op) -> its record, while its request lives (OpRecord)
         self.retired_executed = 0  # tuples executed by op threads that have ended
         self.max_in_ports = 1  # largest number of input ports of a registered operator
         self.max_conc_ports = 0  # ... of one that runs its ports concurrently
@@ -122,23 +147,22 @@ class StreamsBase(Policy):
         request.nodes = []
         ops = request.ops
         ports = []
+        records = self.records
         for op in ops.values():
             n = len(op.inputs)
             conc = op._bx_model.max_parallelism > 1
             mutex = threading.Lock() if n > 1 and not conc else None
-            op._bx_st_ports = [PortRecord(op, j, self.capacity, mutex, conc) for j in range(n)]
-            op._bx_st_once = threading.Lock()
-            op._bx_st_rerun = False
+            rec = records[id(op)] = OpRecord()
+            rec.ports = [PortRecord(op, rec, j, self.capacity, mutex, conc) for j in range(n)]
             if not n:
-                op._bx_st_thread = None
-                op._bx_st_wake = threading.Event()
-            ports.extend(op._bx_st_ports)
+                rec.wake = threading.Event()
+            ports.extend(rec.ports)
             if n > self.max_in_ports:
                 self.max_in_ports = n
             if conc and n > self.max_conc_ports:
                 self.max_conc_ports = n
         for op in ops.values():
-            op._bx_st_out = [dst._bx_st_ports[j] for dst, j in op._bx_dst]
+            records[id(op)].out = [records[id(dst)].ports[j] for dst, j in op._bx_dst]
         request.streams_ports = ports
         depth = _longest_path(ops)
         if depth > self.depth:
@@ -158,9 +182,9 @@ class StreamsBase(Policy):
         for port in ports:
             self.port_retired(port)
         for op in ops:
-            wake = getattr(op, "_bx_st_wake", None)
-            if wake is not None:
-                wake.set()  # a waiting source sees its request ended
+            rec = self.records.pop(id(op), None)
+            if rec is not None and rec.wake is not None:
+                rec.wake.set()  # a waiting source sees its request ended
 
     def port_retired(self, port) -> None:
         """The model's part of retirement."""
@@ -169,20 +193,23 @@ class StreamsBase(Policy):
     def push_deferred(self, request, op, worker) -> None:
         if request.state is not request.ACTIVE:
             return
+        rec = self.records.get(id(op))
+        if rec is None:
+            return  # the request ended meanwhile (request_done dropped the record)
         if not op.inputs:
-            if op._bx_st_thread is None:
-                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op,))
-                op._bx_st_thread = t
+            if rec.thread is None:
+                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op, rec))
+                rec.thread = t
                 with self._threads_lock:
                     self.op_threads.add(t)
                 t.start()
             else:
-                op._bx_st_wake.set()
+                rec.wake.set()
             return
         # ctx.reschedule() of an operator with inputs (we are on the timer thread).
-        op._bx_st_rerun = False
+        rec.rerun = False
         if not op._bx_finished:
-            self.push_item(self._timer_worker, op._bx_st_ports[0], RERUN)
+            self.push_item(self._timer_worker, rec.ports[0], RERUN)
 
     def push_immediate(self, worker, op) -> None:
         self.push_deferred(op._bx_req, op, worker)
@@ -210,12 +237,12 @@ class StreamsBase(Policy):
             self.op_threads.discard(w)
             self.retired_executed += w.executed
 
-    def _source_main(self, w, op) -> None:
+    def _source_main(self, w, op, rec) -> None:
         """A source operator's own thread: run ``process`` until the source finishes or
         its request ends (module doc: the task token)."""
         req = op._bx_req
         ctx = w.ctx
-        wake = op._bx_st_wake
+        wake = rec.wake
         try:
             while True:
                 if req.state is not req.ACTIVE:
@@ -238,7 +265,7 @@ class StreamsBase(Policy):
                     return
                 ctx.op = None
                 if op._bx_finishing:
-                    if op._bx_st_once.acquire(False):
+                    if rec.once.acquire(False):
                         op._bx_finished = True
                         req.op_finished(op)
                     return
@@ -315,7 +342,7 @@ class StreamsBase(Policy):
         ctx.op = prev_op
         ctx.port = prev_port
         if op._bx_finishing:
-            if op._bx_st_once.acquire(False):
+            if port.rec.once.acquire(False):
                 op._bx_finished = True
                 for q in op._bx_inq:
                     q.clear()
@@ -324,8 +351,9 @@ class StreamsBase(Policy):
         resched = op._bx_resched
         if resched:
             op._bx_resched = False
-            if not op._bx_st_rerun:
-                op._bx_st_rerun = True
+            rec = port.rec
+            if not rec.rerun:
+                rec.rerun = True
                 self.push_later(req, op, resched if resched.__class__ is float else 0.0)
             return
         if op._bx_idle and all(op._bx_closed) and _unread(op, j, conc):
