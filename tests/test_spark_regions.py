@@ -1,4 +1,4 @@
-"""A parallel region's channels as Spark partitions (``experiments/spark_regions.py``),
+"""A parallel region's channels as Spark partitions (``experiments/spark/regions.py``),
 Spark tier: the ordered output equals the sequential bobox run's -- rows and
 punctuations, in order -- in local mode and on a standalone master with two workers on
 127.0.0.1 (channels then run in other processes), with the channels' outputs reaching
@@ -14,9 +14,9 @@ import pytest
 
 from bobox_sched import Plan, Scheduler
 from bobox_sched.control.punct import Window
-from experiments.spark.session import spark_session
 from experiments.region_ops import ArraySource, FlatMap, Record, RunningCount, Work, WorkFilter, same_output
-from experiments.spark_regions import spark_region_run
+from experiments.spark.regions import spark_region_run
+from experiments.spark.session import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

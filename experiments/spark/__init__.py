@@ -28,7 +28,8 @@ One concept per module, lowest first (a module imports only those above it in th
 * ``run``: stage 2, the queries fanned out to the executors, partials shuffled and
   combined;
 * ``report``: stage 3, experiment CSVs of many runs summarized;
-* ``bench``: the Spark path's overhead against ``bobox run``'s.
+* ``bench``: the Spark path's overhead against ``bobox run``'s;
+* ``regions``: a parallel region's channels as Spark partitions (seed 001).
 
 The command line is ``experiments/cli/spark.py`` (``bobox spark ...``). Nothing is
 re-exported here: import from the module that holds a name.

@@ -13,7 +13,7 @@ driver:
    pickled punctuations);
 3. each Spark task runs one channel -- fresh instances of the region's operators,
    wrapped as in ``fission`` (seqnos by position or ``send_derived``) -- on its
-   executor's long-lived bobox Scheduler (``experiments.spark.executor``), and
+   executor's long-lived bobox Scheduler (``executor.executor_scheduler``), and
    returns the channel's output stream;
 4. the driver merges the channel streams with the same ``OrderedMerger`` the runtime
    uses (the end of a partition is the end of that channel: ``back = +inf``), in
@@ -27,6 +27,10 @@ partitioned state across micro-batches would need sticky placement.
 
 Requirements: the region is the only path between the upstream and downstream parts,
 and its operators are importable on the executors (same checkout and environment).
+
+It lives with the Spark pipeline for what it shares with it, the session (``session``)
+and each executor's long-lived Scheduler (``executor``); it uses nothing of the TPC-H
+stages.
 """
 
 from __future__ import annotations
