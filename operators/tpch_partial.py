@@ -1,7 +1,7 @@
 """Distributed forms of the TPC-H plans: a *partial* plan per data partition and a
 *combine* plan over the union of the partial results.
 
-The Spark pipeline (``experiments/spark_pipeline.py``) splits the data by order key:
+The Spark pipeline (``experiments/spark/``) splits the data by order key:
 partition ``p`` holds the ``p``-th part of ``orders`` and the ``lineitem`` rows of exactly
 those orders (co-partitioned on the order key), plus the six small tables whole
 (replicated). Every query below is decomposed so that

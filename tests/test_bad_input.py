@@ -494,7 +494,7 @@ def test_a_kill_hidden_in_a_library_error_stays_a_kill():
     again instead of reporting (or retrying) a failed job. The CI failure this covers:
     ``kill`` during ``spark datagen`` exited 2 with 'Answer from Java side is empty'."""
     from experiments.cli import procs
-    from experiments.spark_pipeline import _job_error
+    from experiments.spark.messages import job_error
 
     class CallSite:  # the shape of pyspark.traceback_utils.SCCallSiteSync
         def __enter__(self):
@@ -511,10 +511,10 @@ def test_a_kill_hidden_in_a_library_error_stays_a_kill():
             hidden = e
         assert isinstance(hidden, RuntimeError) and hidden.__context__ is interrupt
         with pytest.raises(KeyboardInterrupt) as ei:
-            _job_error(hidden, "Spark datagen", 4)
+            job_error(hidden, "Spark datagen", 4)
         assert ei.value is interrupt
     # an ordinary failure is still reported as one
-    assert "Spark datagen failed in all 4 attempts" in str(_job_error(RuntimeError("boom"), "Spark datagen", 4))
+    assert "Spark datagen failed in all 4 attempts" in str(job_error(RuntimeError("boom"), "Spark datagen", 4))
 
 
 # ============================================================================ other cases

@@ -92,7 +92,7 @@ def test_spark_tasks_run_the_drivers_interpreter():
     """Inside a Spark task, sys.executable is the driver's (local mode, no PYSPARK_PYTHON)."""
     code = (
         "import sys, json\n"
-        "from experiments.spark_pipeline import spark_session\n"
+        "from experiments.spark.session import spark_session\n"
         "s = spark_session('local[1]')\n"
         "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('sys').executable).collect()\n"
         "print(json.dumps({'driver': sys.executable, 'task': got[0]}))\n"
@@ -119,7 +119,7 @@ def test_spark_workers_run_the_users_interpreter_when_set(tmp_path, how):
     conf = "{'spark.pyspark.python': %r}" % str(wrapper) if how == "conf" else "None"
     code = (
         "import json\n"
-        "from experiments.spark_pipeline import spark_session\n"
+        "from experiments.spark.session import spark_session\n"
         f"s = spark_session('local[1]', conf={conf})\n"
         "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('os').environ.get('BOBOX_WRAPPED')).collect()\n"
         "print(json.dumps({'wrapped': got[0]}))\n"

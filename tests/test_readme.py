@@ -10,7 +10,7 @@ def python_blocks():
     """The Python examples, except the Spark one (SF 1 on a cluster; tests/test_spark.py
     covers that API)."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    return [b for b in blocks if "spark_pipeline" not in b]
+    return [b for b in blocks if "experiments.spark." not in b]
 
 
 def test_readme_examples_run(tpch, capsys):

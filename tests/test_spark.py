@@ -1,4 +1,4 @@
-"""The Spark pipeline (``experiments/spark_pipeline.py``), Spark tier.
+"""The Spark pipeline (the package ``experiments/spark/``), Spark tier.
 
 Local mode: stage 1 writes SF 0.01 partitioned for 3 executors, and SF 1 in 4 partitions
 (where tpchgen-cli's parts of orders and lineitem cover different orders); ``spark_run``
@@ -36,7 +36,12 @@ from operators.tpch_sql import compare_tables, duckdb_answer, output_columns
 
 from experiments.cli import outputs
 from bobox_sched.core.errors import BoboxError
-from experiments import spark_pipeline as SP
+from experiments.spark.datagen import spark_datagen
+from experiments.spark.faults import TRACE_ENV
+from experiments.spark.layout import PARTITIONED, REPLICATED, VIEWS, read_spark_manifest
+from experiments.spark.report import REPORT_MANIFEST, SUMMARY_COLUMNS, spark_report
+from experiments.spark.run import spark_run, spark_run_detailed
+from experiments.spark.session import default_partitions, parse_master, slots, spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -54,13 +59,13 @@ def trace_dir(tmp_path_factory):
 @pytest.fixture
 def spark(trace_dir):
     """The module's local session (spark_session reuses it while the arguments match)."""
-    return SP.spark_session(MASTER, conf={f"spark.executorEnv.{SP.TRACE_ENV}": str(trace_dir)})
+    return spark_session(MASTER, conf={f"spark.executorEnv.{TRACE_ENV}": str(trace_dir)})
 
 
 @pytest.fixture(scope="module")
 def sdata(tmp_path_factory, trace_dir):
-    spark = SP.spark_session(MASTER, conf={f"spark.executorEnv.{SP.TRACE_ENV}": str(trace_dir)})
-    return SP.spark_datagen(0.01, tmp_path_factory.mktemp("spark-data") / "sf0.01", partitions=PARTITIONS,
+    spark = spark_session(MASTER, conf={f"spark.executorEnv.{TRACE_ENV}": str(trace_dir)})
+    return spark_datagen(0.01, tmp_path_factory.mktemp("spark-data") / "sf0.01", partitions=PARTITIONS,
                             spark=spark, progress=False)
 
 
@@ -81,12 +86,12 @@ def check_all(tables, answers, queries=QUERIES):
 
 
 def test_datagen_layout_manifest_and_copartitioning(sdata, tpch):
-    m = SP.read_spark_manifest(sdata)
+    m = read_spark_manifest(sdata)
     assert m["partitions"] == PARTITIONS and m["sf"] == 0.01
-    for t in SP.PARTITIONED:
+    for t in PARTITIONED:
         assert [p.name for p in sorted((sdata / t).glob("*.parquet"))] == [f"part-{i}.parquet" for i in range(3)]
         assert len(m["tables"][t]["part_rows"]) == PARTITIONS
-    for t in SP.REPLICATED:
+    for t in REPLICATED:
         assert (sdata / f"{t}.parquet").is_file()
     # The same data as the single-file generator's (tests/conftest.py `tpch`).
     single = read_manifest(tpch)["tables"]
@@ -97,25 +102,25 @@ def test_datagen_layout_manifest_and_copartitioning(sdata, tpch):
         lkeys = pq.read_table(sdata / "lineitem" / f"part-{i}.parquet", columns=["l_orderkey"]).column(0)
         assert pc.all(pc.is_in(lkeys, value_set=okeys)).as_py()
         assert len(pc.unique(lkeys)) == len(okeys)  # every order has line items
-        view = sdata / SP.VIEWS / f"part-{i}"
+        view = sdata / VIEWS / f"part-{i}"
         assert (view / "lineitem.parquet").resolve() == (sdata / "lineitem" / f"part-{i}.parquet").resolve()
         assert (view / "customer.parquet").resolve() == (sdata / "customer.parquet").resolve()
 
 
 def test_datagen_cached_and_refuses_other_data(sdata, tmp_path):
     t0 = time.perf_counter()
-    assert SP.spark_datagen(0.01, sdata, progress=False) == sdata  # no session needed: cached
-    assert SP.spark_datagen(0.01, sdata, partitions=PARTITIONS, progress=False) == sdata
+    assert spark_datagen(0.01, sdata, progress=False) == sdata  # no session needed: cached
+    assert spark_datagen(0.01, sdata, partitions=PARTITIONS, progress=False) == sdata
     assert time.perf_counter() - t0 < 1
     with pytest.raises(DataError, match="holds 3 partitions, not 2"):
-        SP.spark_datagen(0.01, sdata, partitions=2, progress=False)
+        spark_datagen(0.01, sdata, partitions=2, progress=False)
     with pytest.raises(DataError, match="not SF 0.02"):
-        SP.spark_datagen(0.02, sdata, progress=False)
+        spark_datagen(0.02, sdata, progress=False)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     with pytest.raises(DataError, match="already holds other files"):
-        SP.spark_datagen(0.01, other, progress=False)
+        spark_datagen(0.01, other, progress=False)
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
 
 
@@ -127,8 +132,8 @@ SF1_ROWS = {"lineitem": 6_001_215, "orders": 1_500_000, "customer": 150_000, "pa
 def test_datagen_sf1_four_partitions_co_partitioned(spark, tmp_path):
     """SF 1 in 4 partitions: tpchgen-cli 4.0 cuts lineitem part i at other orders than
     orders part i there (it failed before stage 1 placed them by order key)."""
-    data = SP.spark_datagen(1, tmp_path / "sf1", partitions=4, spark=spark, progress=False)
-    m = SP.read_spark_manifest(data)
+    data = spark_datagen(1, tmp_path / "sf1", partitions=4, spark=spark, progress=False)
+    m = read_spark_manifest(data)
     assert m["partitions"] == 4 and {t: m["tables"][t]["rows"] for t in SF1_ROWS} == SF1_ROWS
     assert not (data / "_work").exists() and not list(data.glob(".*"))
     previous_max = 0
@@ -143,14 +148,14 @@ def test_datagen_sf1_four_partitions_co_partitioned(spark, tmp_path):
         previous_max = hi.as_py()
         assert abs(len(o) - 375_000) < 1_000  # balanced
     # answers that need both sides of every order in one partition
-    got = SP.spark_run(["q3", "q18"], data, spark=spark)
+    got = spark_run(["q3", "q18"], data, spark=spark)
     for q in ("q3", "q18"):
         compare_tables(got[q], duckdb_answer(q, data), rel_tol=1e-6)
 
 
 def test_datagen_failing_generator_is_one_line_error(spark, tmp_path):
     with pytest.raises(DataError) as ei:
-        SP.spark_datagen(0.01, tmp_path / "d", partitions=2, spark=spark, progress=False, tool="no-such-tpchgen")
+        spark_datagen(0.01, tmp_path / "d", partitions=2, spark=spark, progress=False, tool="no-such-tpchgen")
     assert str(ei.value).startswith("Spark datagen failed in all 4 attempts: TPC-H generator 'no-such-tpchgen' "
                                     "not found"), str(ei.value)
     assert list(tmp_path.iterdir()) == []  # the temporary folder is gone, nothing was written
@@ -160,7 +165,7 @@ def test_datagen_failing_generator_is_one_line_error(spark, tmp_path):
 
 
 def test_local_answers_equal_duckdb(spark, sdata, answers):
-    run = SP.spark_run_detailed(QUERIES, sdata, spark=spark)
+    run = spark_run_detailed(QUERIES, sdata, spark=spark)
     assert run.fused  # local[2] runs one task at a time: partials and combines in one task
     check_all(run.tables, answers)
     assert set(run.attempts) == {(q, p) for q in QUERIES for p in range(PARTITIONS)}
@@ -170,13 +175,13 @@ def test_local_answers_equal_duckdb(spark, sdata, answers):
 
 
 def test_local_two_stage_answers_equal_duckdb(spark, sdata, answers):
-    run = SP.spark_run_detailed(QUERIES, sdata, spark=spark, fuse=False)
+    run = spark_run_detailed(QUERIES, sdata, spark=spark, fuse=False)
     assert not run.fused
     check_all(run.tables, answers)
 
 
 def test_output_files_like_bobox_run(spark, sdata, answers, tmp_path):
-    tables = SP.spark_run(["q3", "q6"], sdata, output=tmp_path / "out", spark=spark)
+    tables = spark_run(["q3", "q6"], sdata, output=tmp_path / "out", spark=spark)
     for q in ("q3", "q6"):
         got = pq.read_table(tmp_path / "out" / f"{q}.parquet")
         assert got.schema == tables[q].schema
@@ -189,7 +194,7 @@ def markers(trace_dir, run_id, part):
 
 @pytest.mark.parametrize("fuse", [False, True])
 def test_injected_failure_is_retried_same_answer(spark, sdata, answers, trace_dir, fuse):
-    run = SP.spark_run_detailed(["q1", "q3", "q18"], sdata, spark=spark, inject_failure="q3:1", fuse=fuse)
+    run = spark_run_detailed(["q1", "q3", "q18"], sdata, spark=spark, inject_failure="q3:1", fuse=fuse)
     check_all(run.tables, answers, ["q1", "q3", "q18"])
     # The task of partition 1 really ran twice; its second attempt's partials were taken.
     assert markers(trace_dir, run.run_id, 1) == ["attempt-0", "attempt-1"]
@@ -201,60 +206,60 @@ def test_injected_failure_is_retried_same_answer(spark, sdata, answers, trace_di
 
 def test_failure_on_every_attempt_names_the_query(spark, sdata, trace_dir):
     with pytest.raises(BoboxError) as ei:
-        SP.spark_run(["q1", "q5"], sdata, spark=spark, inject_failure="q5:2:all", fuse=False)
+        spark_run(["q1", "q5"], sdata, spark=spark, inject_failure="q5:2:all", fuse=False)
     msg = str(ei.value)
     assert "\n" not in msg
     assert msg.startswith("query q5 failed on partition 2 in all 4 attempts: injected failure"), msg
     # The session is still usable afterwards.
-    assert SP.spark_run(["q6"], sdata, spark=spark)["q6"].num_rows == 1
+    assert spark_run(["q6"], sdata, spark=spark)["q6"].num_rows == 1
 
 
 def test_run_on_bobox_datagen_output(spark, tpch, tmp_path):
     """Single <table>.parquet files (no Spark manifest): split by order key on the fly."""
     want = {q: duckdb_answer(q, tpch) for q in QUERIES}
     views = tmp_path / "views"
-    run = SP.spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views)
+    run = spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views)
     assert run.split and run.partitions == 3 and run.fused
     check_all(run.tables, want)
     (home,) = views.iterdir()
     assert sorted(p.name for p in home.glob("part-*")) == ["part-0", "part-1", "part-2"]
     stamps = {p: p.stat().st_mtime_ns for p in home.rglob("*.parquet") if not p.is_symlink()}
-    run = SP.spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views, fuse=False)
+    run = spark_run_detailed(QUERIES, tpch, spark=spark, partitions=3, view_cache=views, fuse=False)
     assert not run.fused
     check_all(run.tables, want)
     assert {p: p.stat().st_mtime_ns for p in home.rglob("*.parquet") if not p.is_symlink()} == stamps  # reused
     # the default: one partition per executor and NUMA node
-    run = SP.spark_run_detailed(["q1", "q18"], tpch, spark=spark, view_cache=views)
-    assert run.partitions == SP.default_partitions(spark)
+    run = spark_run_detailed(["q1", "q18"], tpch, spark=spark, view_cache=views)
+    assert run.partitions == default_partitions(spark)
     check_all(run.tables, want, ["q1", "q18"])
 
 
 def test_run_splits_a_spark_folder_into_another_count(spark, sdata, answers, tmp_path):
-    run = SP.spark_run_detailed(QUERIES, sdata, spark=spark, partitions=2, view_cache=tmp_path)
+    run = spark_run_detailed(QUERIES, sdata, spark=spark, partitions=2, view_cache=tmp_path)
     assert run.split and run.partitions == 2
     check_all(run.tables, answers)
     # its own count: the stored partitions, nothing split
-    run = SP.spark_run_detailed(["q6"], sdata, spark=spark, partitions=PARTITIONS, view_cache=tmp_path / "x")
+    run = spark_run_detailed(["q6"], sdata, spark=spark, partitions=PARTITIONS, view_cache=tmp_path / "x")
     assert not run.split and not (tmp_path / "x").exists()
 
 
 def test_bad_arguments(sdata):
     with pytest.raises(BoboxError, match="unknown query 'q2'"):
-        SP.spark_run(["q2"], sdata)
+        spark_run(["q2"], sdata)
     with pytest.raises(BoboxError, match="partition must be 0..2"):
-        SP.spark_run(["q3"], sdata, inject_failure="q3:7")
+        spark_run(["q3"], sdata, inject_failure="q3:7")
     with pytest.raises(BoboxError, match="not run"):
-        SP.spark_run(["q3"], sdata, inject_failure="q1:0")
+        spark_run(["q3"], sdata, inject_failure="q1:0")
     with pytest.raises(DataError, match="does not exist"):
-        SP.spark_run(["q3"], sdata / "missing")
+        spark_run(["q3"], sdata / "missing")
     with pytest.raises(DataError, match="TPC-H table 'lineitem' not found"):
-        SP.spark_run(["q3"], sdata / "lineitem")
+        spark_run(["q3"], sdata / "lineitem")
     with pytest.raises(BoboxError, match="partitions must be a positive integer"):
-        SP.spark_run(["q3"], sdata, partitions=0)
+        spark_run(["q3"], sdata, partitions=0)
     with pytest.raises(BoboxError, match="bad Spark master URL"):
-        SP.parse_master("mesos://x")
-    assert SP.parse_master("local[3]") == ("local[3,4]", 3)
-    assert SP.parse_master("local[2,1]") == ("local[2,1]", 2)
+        parse_master("mesos://x")
+    assert parse_master("local[3]") == ("local[3,4]", 3)
+    assert parse_master("local[2,1]") == ("local[2,1]", 2)
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -351,11 +356,11 @@ def test_report_summarizes_runs_and_hosts(spark, tmp_path):
                                           metric="seconds", value=v, repeat=0, threads=2)
                                      for s, v in (("bobox", 0.5), ("simple", 0.7))], cols_b)
     out = tmp_path / "report"
-    res = SP.spark_report([a, b], out, spark=spark, progress=False)
+    res = spark_report([a, b], out, spark=spark, progress=False)
     assert (res["runs"], res["hosts"], res["files"], res["rows"]) == (3, 2, 3, 11)
     with open(out / "summary.csv", newline="") as fh:
         summary = list(csv.DictReader(fh))
-    assert list(summary[0]) == list(SP.SUMMARY_COLUMNS)
+    assert list(summary[0]) == list(SUMMARY_COLUMNS)
     by = {(r["experiment"], r["series"], r["x"]): r for r in summary}
     big = by[("packet-size", "bobox", "65536")]  # values 1, 3, 2, 10 (host a) and 5 (host b)
     assert (float(big["median"]), float(big["min"]), float(big["max"])) == (3.0, 1.0, 10.0)
@@ -368,11 +373,11 @@ def test_report_summarizes_runs_and_hosts(spark, tmp_path):
     text = (out / "report.md").read_text()
     assert text.count("## Summary of 3 runs on 2 hosts") == 1
     assert "### packet-size" in text and "### schedulers" in text
-    assert outputs.complete(out, SP.REPORT_MANIFEST)  # summary.csv and report.md: a complete set
+    assert outputs.complete(out, REPORT_MANIFEST)  # summary.csv and report.md: a complete set
     # A second report replaces its section, keeping what else is in report.md.
     (out / "report.md").write_text("# Experiments\n\nmine\n\n" + text.split("# Experiments\n", 1)[1]
                                    + "\n## Later section\n\nkept\n")
-    SP.spark_report([a], out, spark=spark, progress=False)
+    spark_report([a], out, spark=spark, progress=False)
     text = (out / "report.md").read_text()
     assert "## Summary of 2 runs on 1 hosts" in text and "Summary of 3 runs" not in text
     assert "mine" in text and "## Later section\n\nkept" in text
@@ -380,10 +385,10 @@ def test_report_summarizes_runs_and_hosts(spark, tmp_path):
 
 def test_report_bad_input(tmp_path):
     with pytest.raises(DataError, match="no experiment CSV files"):
-        SP.spark_report([tmp_path], tmp_path / "out")
+        spark_report([tmp_path], tmp_path / "out")
     (tmp_path / "x.csv").write_text("experiment,host\nA,b\n")
     with pytest.raises(DataError, match="lacks column 'run_id'"):
-        SP.spark_report([tmp_path], tmp_path / "out")
+        spark_report([tmp_path], tmp_path / "out")
 
 
 # ---------------------------------------------------------------------------- standalone cluster
@@ -454,7 +459,7 @@ def loopback_cluster(tmp_path):
             assert time.monotonic() < deadline, (tmp_path / "worker0.log").read_text()[-2000:]
             time.sleep(0.5)
 
-        spark = SP.spark_session(url, executor_cores=1, conf={"spark.executor.memory": "512m"})
+        spark = spark_session(url, executor_cores=1, conf={"spark.executor.memory": "512m"})
         sc = spark.sparkContext
         while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # the driver and 2 executors
             assert time.monotonic() < deadline, "executors did not register"
@@ -479,14 +484,14 @@ def loopback_cluster(tmp_path):
 def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
     """Master + 2 workers (1 core each) on 127.0.0.1: the two-stage job, then a retry."""
     with loopback_cluster(tmp_path) as spark:
-        assert SP._slots(spark) == 2
+        assert slots(spark) == 2
 
-        run = SP.spark_run_detailed(QUERIES, sdata, spark=spark)
+        run = spark_run_detailed(QUERIES, sdata, spark=spark)
         assert not run.fused  # two slots: partial tasks, shuffle by query, 2 combine tasks
         check_all(run.tables, answers)
         executors = {h for _, h in run.attempts.values()}
         assert executors and all(not h.endswith(f":{os.getpid()}") for h in executors)
 
-        run = SP.spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
+        run = spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
         check_all(run.tables, answers, ["q3", "q10"])
         assert run.attempts[("q10", 2)][0] == 1 and run.attempts[("q10", 0)][0] == 0

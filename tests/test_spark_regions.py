@@ -1,4 +1,4 @@
-"""A parallel region's channels as Spark partitions (``experiments/spark_regions.py``),
+"""A parallel region's channels as Spark partitions (``experiments/spark/regions.py``),
 Spark tier: the ordered output equals the sequential bobox run's -- rows and
 punctuations, in order -- in local mode and on a standalone master with two workers on
 127.0.0.1 (channels then run in other processes), with the channels' outputs reaching
@@ -14,9 +14,9 @@ import pytest
 
 from bobox_sched import Plan, Scheduler
 from bobox_sched.control.punct import Window
-from experiments import spark_pipeline as SP
 from experiments.region_ops import ArraySource, FlatMap, Record, RunningCount, Work, WorkFilter, same_output
-from experiments.spark_regions import spark_region_run
+from experiments.spark.regions import spark_region_run
+from experiments.spark.session import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -66,7 +66,7 @@ def check(spark, sched, wanted, degrees=(1, 3)):
 
 
 def test_local_mode_ordered_output_identical(sched, wanted):
-    spark = SP.spark_session("local[2]")
+    spark = spark_session("local[2]")
     check(spark, sched, wanted)
     assert len(wanted["relaxed"]["puncts"]) == 9
 
@@ -74,7 +74,7 @@ def test_local_mode_ordered_output_identical(sched, wanted):
 def test_override_and_errors(sched, wanted):
     from bobox_sched.core.errors import BoboxError
 
-    spark = SP.spark_session("local[2]")
+    spark = spark_session("local[2]")
     p = plans()["round_robin"]
     res = spark_region_run(p, 2, spark=spark, scheduler=sched, ordering="strict")
     assert res["ordering"] == "strict" and same_output(wanted["round_robin"], res["result"])

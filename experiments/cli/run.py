@@ -124,7 +124,9 @@ def add_datagen_arguments(p) -> None:
 def datagen_cmd(args) -> int:
     if args.spark:
         from experiments.cli.spark import check_master, check_spark_out
-        from experiments.spark_pipeline import DEFAULT_MASTER, default_spark_data_dir, spark_datagen
+        from experiments.spark.datagen import spark_datagen
+        from experiments.spark.layout import default_spark_data_dir
+        from experiments.spark.session import DEFAULT_MASTER
 
         master = args.master or DEFAULT_MASTER
         check_master(master)

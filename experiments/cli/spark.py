@@ -1,7 +1,7 @@
 """``bobox spark``: the Spark data pipeline (datagen, run, report) and its overhead bench.
 
 Light argument parsing here; PySpark and the pipeline are imported only when a
-subcommand runs (``experiments/spark_pipeline.py``).
+subcommand runs (the package ``experiments/spark/``).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def check_master(master: str) -> None:
     here, before anything starts."""
     from bobox_sched.core.limits import check_count
 
-    from experiments.spark_pipeline import parse_master
+    from experiments.spark.session import parse_master
 
     _, cores = parse_master(master)
     if cores is not None:
@@ -144,7 +144,7 @@ def _stop_session() -> None:
 
 
 def _session(args):
-    from experiments.spark_pipeline import spark_session
+    from experiments.spark.session import spark_session
 
     return spark_session(args.master, executor_cores=args.executor_cores)
 
@@ -154,7 +154,7 @@ def check_spark_out(out, sf: float, partitions: int | None) -> None:
     where stage 1 can write SF `sf` (``experiments.datagen.check_datagen_out``)."""
     from experiments.datagen import check_datagen_out, target_of
 
-    from experiments.spark_pipeline import _check_existing
+    from experiments.spark.datagen import _check_existing
 
     if not str(out).strip():
         from bobox_sched.core.errors import BoboxError
@@ -174,7 +174,8 @@ def _check_data_types(data) -> None:
 
 def _data(args, partitions=None):
     """The folder to run on: --data (any TPC-H folder), or the default one, generated."""
-    from experiments.spark_pipeline import data_sf, default_spark_data_dir, spark_datagen, stored_partitions
+    from experiments.spark.datagen import spark_datagen
+    from experiments.spark.layout import data_sf, default_spark_data_dir, stored_partitions
 
     if args.data:
         stored_partitions(args.data)  # one-line DataError where it is missing or not TPC-H data
@@ -195,7 +196,8 @@ def _data(args, partitions=None):
 
 
 def _datagen(args) -> int:
-    from experiments.spark_pipeline import default_spark_data_dir, spark_datagen
+    from experiments.spark.datagen import spark_datagen
+    from experiments.spark.layout import default_spark_data_dir
 
     out = args.out or default_spark_data_dir(args.sf)
     check_spark_out(out, args.sf, args.partitions)  # before a JVM starts
@@ -206,7 +208,9 @@ def _datagen(args) -> int:
 
 
 def _run(args) -> int:
-    from experiments.spark_pipeline import check_queries, parse_injection, spark_run_detailed, stored_partitions
+    from experiments.spark.faults import parse_injection
+    from experiments.spark.layout import stored_partitions
+    from experiments.spark.run import check_queries, spark_run_detailed
 
     queries = check_queries(args.queries)  # bad input fails before a JVM starts
     if args.output is not None:
@@ -237,7 +241,7 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from experiments.spark_pipeline import _experiment_csvs, spark_report
+    from experiments.spark.report import _experiment_csvs, spark_report
 
     from experiments.cli.outputs import check_output_dir
 
@@ -251,7 +255,9 @@ def _report(args) -> int:
 
 
 def _bench(args) -> int:
-    from experiments.spark_pipeline import bench_overhead, check_queries, default_spark_data_dir, stored_partitions
+    from experiments.spark.bench import bench_overhead
+    from experiments.spark.layout import default_spark_data_dir, stored_partitions
+    from experiments.spark.run import check_queries
 
     import time
 

@@ -13,7 +13,7 @@ driver:
    pickled punctuations);
 3. each Spark task runs one channel -- fresh instances of the region's operators,
    wrapped as in ``fission`` (seqnos by position or ``send_derived``) -- on its
-   executor's long-lived bobox Scheduler (``spark_pipeline._executor_scheduler``), and
+   executor's long-lived bobox Scheduler (``executor.executor_scheduler``), and
    returns the channel's output stream;
 4. the driver merges the channel streams with the same ``OrderedMerger`` the runtime
    uses (the end of a partition is the end of that channel: ``back = +inf``), in
@@ -27,6 +27,10 @@ partitioned state across micro-batches would need sticky placement.
 
 Requirements: the region is the only path between the upstream and downstream parts,
 and its operators are importable on the executors (same checkout and environment).
+
+It lives with the Spark pipeline for what it shares with it, the session (``session``)
+and each executor's long-lived Scheduler (``executor``); it uses nothing of the TPC-H
+stages.
 """
 
 from __future__ import annotations
@@ -257,10 +261,10 @@ def _channel_task(cfg: dict, parts):
 
     from pyspark import TaskContext
 
-    from experiments.spark_pipeline import _executor_scheduler
+    from experiments.spark.executor import executor_scheduler
 
     ctx = TaskContext.get()
-    sched = _executor_scheduler(cfg["policy"], cfg["threads_per_node"], None, ctx.cpus())
+    sched = executor_scheduler(cfg["policy"], cfg["threads_per_node"], None, ctx.cpus())
     specs = pickle.loads(cfg["specs"])
     host = f"{socket.gethostname()}:{os.getpid()}"
     for channel, encoded in parts:
@@ -309,7 +313,7 @@ def spark_region_run(plan: Plan, degree: int = 2, *, region=None, ordering: str 
     (per-channel order kept), as partitions arriving from executors would."""
     from bobox_sched import Scheduler
 
-    from experiments.spark_pipeline import spark_session
+    from experiments.spark.session import spark_session
 
     if not isinstance(degree, int) or degree < 1:
         raise BoboxError(f"degree must be a positive integer, got {degree!r}")
