@@ -118,3 +118,7 @@ def main(argv=None) -> int:
         # interpreter's final flush does not complain again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+if __name__ == "__main__":  # python -m experiments.cli.main (python -m bobox_sched does the same)
+    sys.exit(main())
