@@ -24,7 +24,7 @@ the median of ``--repeat`` runs; the configurations compared in one figure are r
 alternately, repeat by repeat, so that a change of machine load hits both sides.
 Once, before the figures: the bookkeeping per unit, and what waking a sleeping thread
 costs on this machine (JSON ``handoff``, ``experiments/handoff.py``).
-Writes ``DIR/ordered.csv`` (long format, as ``experiments/locality.py``),
+Writes ``DIR/ordered.csv`` (long format, ``experiments/framework.py``),
 ``DIR/ordered.png`` and the ``ordered`` section of ``DIR/report.md``.
 
 Worker counts: 1, 2, 4, 8, 12, 16 up to the CPUs of the machine (``--workers`` to
@@ -52,8 +52,8 @@ import numpy as np
 import topology as T
 from bobox_sched.core.errors import BoboxError
 
+from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 HEURISTICS = ("ct", "lp", "et", "qst")
 COST_MODE = ["compute"]  # "sleep" with --emulate (set by run_experiment)
@@ -693,7 +693,7 @@ def why_missed(s: dict, g: dict) -> dict:
 
 
 def plot(ctx, rec, s, workers, queries) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(3, 3, figsize=(15, 12))
     ax = axes[0][0]
     h = s.get("heuristics")
@@ -781,7 +781,7 @@ def plot(ctx, rec, s, workers, queries) -> None:
         ax.legend(fontsize=7, loc="upper left")
         ax2.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    _save(fig, ctx, NAME)
+    save_figure(fig, ctx, NAME)
 
 
 def report(ctx, s, workers, queries) -> None:
@@ -800,7 +800,7 @@ def report(ctx, s, workers, queries) -> None:
                                for x in HEURISTICS]
                 + [f"{h[x][q]['latency_ms']:.1f}" if h[x][q]["latency_ms"] is not None else "-" for x in HEURISTICS]
                 for q in queries]
-        parts.append(f"### Figure 8: heuristics (partitioned operators: partitions={QUERY_PARTITIONS!r})\n\n" + _md_table(
+        parts.append(f"### Figure 8: heuristics (partitioned operators: partitions={QUERY_PARTITIONS!r})\n\n" + md_table(
             ["query"] + [f"{x.upper()} rows/s" for x in HEURISTICS] + [f"{x.upper()} ms" for x in HEURISTICS], rows))
         g = s["goals"]
         parts.append("CT's peak throughput / best heuristic's: " + ", ".join(
@@ -811,7 +811,7 @@ def report(ctx, s, workers, queries) -> None:
     if hp:
         det = s.get("fig9_detail", {})
         parts.append(f"### Figure 9: key skew ({s['fig9_workers']} workers{' (more than the CPUs)' if s['fig9_workers'] > s['cpus'] else ''})\n\n"
-                     + _md_table(["sigma"] + list(hp), [
+                     + md_table(["sigma"] + list(hp), [
                          ["hybrid / partitioned"] + [f"{v:.2f}" for v in hp.values()],
                          ["per-repeat ratios"] + [str(det.get(k, {}).get("ratio_spread", "")) for k in hp],
                          ["cores used: hybrid"] + [str(det.get(k, {}).get("hybrid_cores", "")) for k in hp],
@@ -819,7 +819,7 @@ def report(ctx, s, workers, queries) -> None:
                          ["cores taken by other processes"] + [str(det.get(k, {}).get("foreign_cores", "")) for k in hp]]))
     ol = s.get("operator_latency_ms")
     if ol:
-        parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + _md_table(
+        parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + md_table(
             ["cost us", "hybrid", "partitioned"], [[c, v["hybrid"], v["partitioned"]] for c, v in ol.items()]))
     for key, title, labels in (("hybrid_vs_partitioned_queries", "Figure 11: schemes per query (CT, peak; "
                                 "HYBRID-QUEUE with the operators' p as in the paper (100; Q15 10, one per category) and with "
@@ -831,7 +831,7 @@ def report(ctx, s, workers, queries) -> None:
         d = s.get(key)
         if d:
             extra = [k for k in d[queries[0]] if k.startswith("ratio_")]
-            parts.append(f"### {title}\n\n" + _md_table(
+            parts.append(f"### {title}\n\n" + md_table(
                 ["query"] + [f"{x} rows/s" for x in labels] + [f"{x} ms" for x in labels] + ["ratio"] + extra,
                 [[q.upper()] + [f"{d[q][x]['throughput'] / 1e3:.0f} k" for x in labels]
                  + [d[q][x]["latency_ms"] for x in labels] + [f"{d[q]['ratio']:.2f}"]
@@ -840,7 +840,7 @@ def report(ctx, s, workers, queries) -> None:
                        ("sl_ps_pipeline", "Figure 13: SL (selectivity 50) -> PS")):
         d = s.get(key)
         if d:
-            parts.append(f"### {title}\n\n" + _md_table(
+            parts.append(f"### {title}\n\n" + md_table(
                 ["workers", "non-blocking / lock", "per-repeat ratios", "speedup NB", "speedup lock", "us/unit NB",
                  "us/unit lock", "exit section taken NB / lock (per unit)", "lock wait us/unit", "other processes' cores"],
                 [[k, f"{v['ratio']:.2f}", v["ratio_spread"], v["speedup_nonblocking"], v["speedup_lock"],

@@ -62,8 +62,8 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
+from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Recorder, _md_table, _plt, _save, write_section
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
 
@@ -344,7 +344,7 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, han
 
 def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
     COSTS = cfg["costs"]  # noqa: N806
-    plt = _plt()
+    plt = pyplot()
     ncol = max(len(COSTS[s]) for s in shapes)
     fig, axes = plt.subplots(len(shapes), ncol, figsize=(4.7 * ncol, 11 / 3 * len(shapes)), squeeze=False)
     for i, shape in enumerate(shapes):
@@ -367,7 +367,7 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
                 ax.legend(fontsize=7)
     fig.suptitle(f"IBM Streams threading models, {cfg['ops']} operators (Figs. 8-9)")
     fig.tight_layout()
-    _save(fig, ctx, "streams")
+    save_figure(fig, ctx, "streams")
     # Fig. 10: single elastic runs over time, plus the load-change runs.
     picks = [(s, COSTS[s][0] if s == "pipeline" else COSTS[s][-1]) for s in shapes]
     n_panels = len(picks) + len(changes)  # 5 with every shape: 2 x 3
@@ -385,7 +385,7 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
         ax.axvline(cfg["elastic_s"] / 2, color="black", lw=0.8)
     fig.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
     fig.tight_layout()
-    _save(fig, ctx, "streams-elastic")
+    save_figure(fig, ctx, "streams-elastic")
 
 
 def _trace(ax, tr, title) -> None:
@@ -495,15 +495,15 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         + " ".join(notes) + "\n\n"
         "Known deviation (spec section 4): in Python, `dedicated` is not expected to win on a pipeline (the paper's "
         "result rests on synchronisation-free C++ hand-off between 1,000 threads; here they contend for the GIL).\n\n"
-        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", f"dynamic static (threads: {per}s/s)",
+        + md_table(["shape", f"FLOP/{per}", "manual", "dedicated", f"dynamic static (threads: {per}s/s)",
                      "best T", "elastic (cap 0.8) @ level", "elastic (no cap) @ level", "elastic/best",
                      "no-cap/best"], rows)
         + f"\n\nSink {per}s per CPU-second of the process (user + system, all threads): what each model "
         "gets out of the CPU it was given, independent of how much the other processes on the machine left "
         "it (a run with more runnable threads gets a larger share of a loaded machine):\n\n"
-        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
+        + md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
-        + _md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
+        + md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
         + "\n\nGoals (issue 13):\n\n" + "\n".join(goals) + "\n\n"
         "![figs 8-9](streams.png)\n\n![fig 10](streams-elastic.png)\n")
     write_section(ctx, "streams", "IBM Streams threading models (Schneider & Wu, Figs. 8-10)", body)
@@ -532,16 +532,14 @@ def parse_shapes(v: str | None) -> tuple[str, ...] | None:
 
 
 def run(args) -> dict:
-    """``bobox experiment streams``: build the experiment context like the locality
-    experiments do, run, print where the files are."""
+    """``bobox experiment streams``: build the experiment context
+    (``experiments/framework.py``), run, print where the files are."""
     import shlex
     import sys
     from pathlib import Path
 
     import topology as T
     from bobox_sched.core.errors import BoboxError
-
-    from experiments.locality import Ctx
 
     out = Path(args.out)
     try:
