@@ -12,7 +12,9 @@ An experiment gets:
   value, repeat, unit``), so runs from many hosts concatenate and ``bobox spark report``
   can summarize them; ``median`` of a point's repeats;
 * markdown tables (:func:`md_table`) and byte sizes (:func:`fmt_bytes`) for the report;
-* figures: :func:`pyplot` (matplotlib without a display) and :func:`save_figure`
+* figures: :func:`pyplot` (matplotlib without a display), :func:`panel_grid` and
+  :func:`panel_rows` (a figure with exactly the panels that have data, so a run of a
+  subset of an experiment's figures leaves no empty axes) and :func:`save_figure`
   (``DIR/<name>.png``, written atomically);
 * its section of ``DIR/report.md`` (:func:`write_section`): replaced when the experiment
   runs again, the other experiments' sections kept; the report starts with the machine
@@ -32,6 +34,7 @@ import re
 import socket
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,6 +196,29 @@ def pyplot():
     return plt
 
 
+def panel_rows(counts: Sequence[int], panel_size: tuple[float, float] = (5.0, 4.0)):
+    """A figure with one row per entry of `counts`, holding that many panels from the left:
+    ``(figure, rows of axes)``, exactly ``sum(counts)`` axes, each ``panel_size`` inches
+    (width, height). The grid is as wide as the longest row."""
+    counts = list(counts)
+    if not counts or min(counts) < 1:
+        raise ValueError(f"panel_rows: every row needs at least one panel, got {counts}")
+    ncols, nrows = max(counts), len(counts)
+    fig = pyplot().figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows))
+    rows = [[fig.add_subplot(nrows, ncols, i * ncols + k + 1) for k in range(c)] for i, c in enumerate(counts)]
+    return fig, rows
+
+
+def panel_grid(n: int, ncols: int = 3, panel_size: tuple[float, float] = (5.0, 4.0)):
+    """A figure with exactly `n` panels, `ncols` to a row (fewer when `n` is smaller), the
+    last row holding the rest: ``(figure, list of n axes)`` in reading order."""
+    if n < 1 or ncols < 1:
+        raise ValueError(f"panel_grid: needs at least one panel and one column, got n={n}, ncols={ncols}")
+    ncols = min(ncols, n)
+    fig, rows = panel_rows([ncols] * (n // ncols) + ([n % ncols] if n % ncols else []), panel_size)
+    return fig, [ax for row in rows for ax in row]
+
+
 def save_figure(fig, ctx: Ctx, name: str) -> Path:
     """Write `fig` to DIR/<name>.png (atomically) and close it."""
     path = ctx.out / f"{name}.png"
@@ -203,5 +229,5 @@ def save_figure(fig, ctx: Ctx, name: str) -> Path:
     return path
 
 
-__all__ = ["CSV_COLUMNS", "Ctx", "Recorder", "fmt_bytes", "machine_summary", "make_scheduler", "md_table", "pyplot",
-           "save_figure", "write_section"]
+__all__ = ["CSV_COLUMNS", "Ctx", "Recorder", "fmt_bytes", "machine_summary", "make_scheduler", "md_table",
+           "panel_grid", "panel_rows", "pyplot", "save_figure", "write_section"]

@@ -62,7 +62,7 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
-from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, md_table, panel_grid, panel_rows, save_figure, write_section
 from experiments.handoff import describe, wake_us
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
@@ -342,11 +342,12 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, han
     return out
 
 
-def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
+def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> tuple:
+    """``streams.png`` (a row per shape, a panel per cost: Figs. 8-9) and
+    ``streams-elastic.png`` (Fig. 10: a panel per shape and per load-change run); each
+    figure has exactly those panels. Returns both figures, saved and closed."""
     COSTS = cfg["costs"]  # noqa: N806
-    plt = pyplot()
-    ncol = max(len(COSTS[s]) for s in shapes)
-    fig, axes = plt.subplots(len(shapes), ncol, figsize=(4.7 * ncol, 11 / 3 * len(shapes)), squeeze=False)
+    fig, axes = panel_rows([len(COSTS[s]) for s in shapes], panel_size=(4.7, 11 / 3))
     for i, shape in enumerate(shapes):
         for k, c in enumerate(COSTS[shape]):
             ax = axes[i][k]
@@ -370,22 +371,17 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
     save_figure(fig, ctx, "streams")
     # Fig. 10: single elastic runs over time, plus the load-change runs.
     picks = [(s, COSTS[s][0] if s == "pipeline" else COSTS[s][-1]) for s in shapes]
-    n_panels = len(picks) + len(changes)  # 5 with every shape: 2 x 3
-    ncols = min(3, n_panels)
-    nrows = -(-n_panels // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(16 / 3 * ncols, 3.75 * nrows), squeeze=False)
-    axes = list(grid.flat)
-    for ax in axes[len(picks) + len(changes):]:
-        ax.axis("off")
+    elastic, axes = panel_grid(len(picks) + len(changes), ncols=3, panel_size=(16 / 3, 3.75))  # 5: 3 + 2
     for ax, (shape, c) in zip(axes, picks):
         tr = res[(shape, c, "elastic-nocap")]["trace"]
         _trace(ax, tr, f"{shape}, {c} FLOP/{unit_word(cfg['tuple_rows'])} (no CPU cap)")
     for ax, (form, d) in zip(axes[len(picks):], changes.items()):
         _trace(ax, d["trace"], f"mixed, cost 1000 -> 1 at {cfg['elastic_s'] / 2:g} s ({form})")
         ax.axvline(cfg["elastic_s"] / 2, color="black", lw=0.8)
-    fig.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
-    fig.tight_layout()
-    save_figure(fig, ctx, "streams-elastic")
+    elastic.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
+    elastic.tight_layout()
+    save_figure(elastic, ctx, "streams-elastic")
+    return fig, elastic
 
 
 def _trace(ax, tr, title) -> None:
