@@ -1,9 +1,9 @@
 """Locality experiments: the Bobox paper's table 1 and figures 1-3 on this machine, and
 the balancer. ``bobox experiment NAME --out DIR`` writes, per experiment:
 
-* ``DIR/<name>.csv`` -- every measurement, in long format: ``experiment, host, run_id,
-  series, x, metric, value, repeat, unit`` (one row per measurement, so runs from many
-  hosts concatenate and ``bobox spark report`` can summarize them);
+* ``DIR/<name>.csv`` -- every measurement, in the experiments' long format
+  (``experiments/framework.py``: ``experiment, host, run_id, series, x, metric, value,
+  repeat, unit``, one row per measurement);
 * ``DIR/<name>.png`` -- the plot;
 * a section of ``DIR/report.md`` (replaced when the experiment is run again) stating the
   machine, the command and the result; the report starts with the machine summary.
@@ -14,17 +14,10 @@ and JSON use the median.
 
 from __future__ import annotations
 
-import csv
-import datetime as _dt
-import os
-import platform
-import re
 import shlex
-import socket
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,157 +26,8 @@ import topology as T
 from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-CSV_COLUMNS = ["experiment", "host", "run_id", "series", "x", "metric", "value", "repeat", "unit"]
-
-
-# ---------------------------------------------------------------------------------------
-# shared plumbing
-
-
-@dataclass
-class Ctx:
-    out: Path
-    repeat: int
-    quick: bool
-    data_arg: str | None
-    sf: float | None
-    threads_per_node: int | None
-    virtual_nodes: int | None
-    progress: bool
-    command: str
-    topo: T.Topology = field(default=None)
-    host: str = field(default_factory=socket.gethostname)
-    run_id: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
-    _data: Path | None = None
-
-    @property
-    def data(self) -> Path:
-        if self._data is None:
-            from experiments.workload import ensure_data
-
-            self._data = ensure_data(self.data_arg, self.sf, progress=self.progress)
-        return self._data
-
-    def bar(self, total: int, desc: str):
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, leave=False, disable=not self.progress)
-
-
-class Recorder:
-    """Collects the measurements of one experiment and writes the CSV."""
-
-    def __init__(self, ctx: Ctx, experiment: str):
-        self.ctx = ctx
-        self.experiment = experiment
-        self.rows: list[dict] = []
-
-    def add(self, series, x, metric, value, repeat=0, unit="") -> None:
-        self.rows.append({
-            "experiment": self.experiment, "host": self.ctx.host, "run_id": self.ctx.run_id,
-            "series": str(series), "x": str(x), "metric": metric, "value": float(value),
-            "repeat": int(repeat), "unit": unit,
-        })
-
-    def median(self, series, x, metric) -> float | None:
-        v = [r["value"] for r in self.rows if r["series"] == str(series) and r["x"] == str(x) and r["metric"] == metric]
-        return statistics.median(v) if v else None
-
-    def write(self) -> Path:
-        path = self.ctx.out / f"{self.experiment}.csv"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-            w.writeheader()
-            w.writerows(self.rows)
-        os.replace(tmp, path)
-        return path
-
-
-def _fmt_bytes(n) -> str:
-    if n is None:
-        return "unknown"
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1024:
-        return f"{n / 1024:g} KiB"
-    return f"{n} B"
-
-
-def machine_summary(topo: T.Topology) -> str:
-    l1 = topo.cache_bytes(1)
-    l2 = topo.cache_bytes(2)
-    l3 = topo.cache_bytes(3)
-    lines = [
-        f"- host: `{socket.gethostname()}`, {platform.system()} {platform.release()}, Python {platform.python_version()}",
-        f"- CPU: {topo.cpu_model or 'unknown'}; {len(topo.cpus)} CPUs in {len(topo.cpu_nodes)} NUMA node(s)",
-        f"- caches (smallest per level): L1d {_fmt_bytes(l1)}, L2 {_fmt_bytes(l2)}, L3 {_fmt_bytes(l3)}; "
-        f"default packet {_fmt_bytes(topo.packet_bytes)} (half the L2)",
-    ]
-    for n in topo.nodes:
-        mem = f"{n.memory_bytes / 2**30:.1f} GiB" if n.memory_bytes else "unknown memory"
-        lines.append(f"- node {n.os_index}: CPUs {','.join(map(str, n.cpus)) or '-'}, {mem}, distances "
-                     f"{' '.join(map(str, n.distances))}")
-    for note in topo.notes:
-        lines.append(f"- note: {note}")
-    return "\n".join(lines)
-
-
-def write_section(ctx: Ctx, name: str, title: str, body: str) -> Path:
-    """Put (or replace) the section of experiment `name` in DIR/report.md."""
-    path = ctx.out / "report.md"
-    head = (f"# bobox-sched locality experiments\n\n## Machine\n\n{machine_summary(ctx.topo)}\n\n"
-            f"Measurements: median of each point's repeats; raw values in the CSV files.\n")
-    text = path.read_text() if path.exists() else head
-    if not text.startswith("# bobox-sched locality experiments"):
-        text = head + "\n" + text
-    else:  # refresh the machine summary
-        text = re.sub(r"## Machine\n\n.*?\n\nMeasurements:", f"## Machine\n\n{machine_summary(ctx.topo)}\n\nMeasurements:",
-                      text, count=1, flags=re.S)
-    start, end = f"<!-- bobox:{name} -->", f"<!-- /bobox:{name} -->"
-    section = (f"{start}\n## {title}\n\n"
-               f"Command: `{ctx.command}` (run {ctx.run_id}, {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')})\n\n"
-               f"{body.strip()}\n{end}")
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _m: section, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    tmp = path.with_name(".report.md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, ctx: Ctx, name: str) -> Path:
-    path = ctx.out / f"{name}.png"
-    tmp = path.with_name(f".{name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-    _plt().close(fig)
-    return path
-
-
-def _md_table(header: list[str], rows: list[list]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def _scheduler(ctx: Ctx, **kw):
-    from bobox_sched import Scheduler
-
-    kw.setdefault("threads_per_node", ctx.threads_per_node)
-    kw.setdefault("topology", ctx.topo)
-    return Scheduler(**kw)
+from experiments.framework import (Ctx, Recorder, fmt_bytes, make_scheduler, md_table, pyplot, save_figure,
+                                   write_section)
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,7 +57,7 @@ def exp_numa_factor(ctx: Ctx) -> dict:
         for j, m in enumerate(cols):
             rec.add(c, m, "factor", fac[i][j], 0, "x")
     rec.write()
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(cols), 1.0 + 0.8 * len(rows)))
     im = ax.imshow(np.array(fac), cmap="Reds", vmin=1.0, vmax=max(1.5, max(max(r) for r in fac)))
     for i in range(len(rows)):
@@ -225,12 +69,12 @@ def exp_numa_factor(ctx: Ctx) -> dict:
     ax.set_ylabel("CPU node")
     ax.set_title("NUMA factor: array reversal time / local time")
     fig.colorbar(im, ax=ax, fraction=0.046)
-    _save(fig, ctx, "numa-factor")
+    save_figure(fig, ctx, "numa-factor")
     size = runs[0].nbytes
     body = (f"Time to reverse a {size >> 20} MiB int64 array (numba, GIL released) by a thread pinned to each CPU "
             f"node, the array on each memory node (`numa_alloc_onnode`), divided by the local time of the row "
             f"(table 1 of the paper).\n\n"
-            + _md_table(["CPU \\ memory"] + [str(m) for m in cols],
+            + md_table(["CPU \\ memory"] + [str(m) for m in cols],
                         [[str(c)] + [f"{x:.2f}" for x in fac[i]] for i, c in enumerate(rows)])
             + "\n\n![NUMA factor](numa-factor.png)\n")
     if len(ctx.topo.nodes) == 1:
@@ -285,7 +129,7 @@ def exp_packet_size(ctx: Ctx) -> dict:
     bar = ctx.bar(len(sizes) * ctx.repeat, "packet-size")
     tput = {}
     for ps in sizes:
-        with _scheduler(ctx, packet_bytes=ps) as s:
+        with make_scheduler(ctx, packet_bytes=ps) as s:
             plans = build_plans(queries, data, choose_parallel(copies * len(queries), len(s.workers)))
             _timed_mix(s, plans, 1)  # warm-up: kernels and this size's pools
             for r in range(ctx.repeat):
@@ -300,7 +144,7 @@ def exp_packet_size(ctx: Ctx) -> dict:
     l1, l2, l3 = (ctx.topo.cache_bytes(k) for k in (1, 2, 3))
     default = ctx.topo.packet_bytes
     peak = max(tput, key=tput.get)
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     xs = sorted(tput)
     ax.plot(xs, [tput[x] for x in xs], "o-", color="tab:blue", label="throughput (median)")
@@ -308,24 +152,24 @@ def exp_packet_size(ctx: Ctx) -> dict:
     for size, label, color in ((l1, "L1d", "tab:green"), (l2, "L2", "tab:orange"), (l3, "L3", "tab:red")):
         if size:
             ax.axvline(size, color=color, ls="--", lw=1)
-            ax.text(size, ax.get_ylim()[1], f" {label} {_fmt_bytes(size)}", color=color, va="top", fontsize=8,
+            ax.text(size, ax.get_ylim()[1], f" {label} {fmt_bytes(size)}", color=color, va="top", fontsize=8,
                     rotation=90)
-    ax.plot([default], [tput[default]], "s", color="black", label=f"default L2/2 = {_fmt_bytes(default)}")
-    ax.plot([peak], [tput[peak]], "*", ms=14, color="gold", mec="black", label=f"peak {_fmt_bytes(peak)}")
-    ax.set_xticks(xs, [_fmt_bytes(x) for x in xs], rotation=45, fontsize=8)
+    ax.plot([default], [tput[default]], "s", color="black", label=f"default L2/2 = {fmt_bytes(default)}")
+    ax.plot([peak], [tput[peak]], "*", ms=14, color="gold", mec="black", label=f"peak {fmt_bytes(peak)}")
+    ax.set_xticks(xs, [fmt_bytes(x) for x in xs], rotation=45, fontsize=8)
     ax.set_xlabel("packet size")
     ax.set_ylabel("queries per second")
     ax.set_title(f"Figure 1: packet size vs throughput ({copies} copies of {len(queries)} TPC-H queries at once)")
     ax.legend(fontsize=8, loc="lower center")
-    _save(fig, ctx, "packet-size")
+    save_figure(fig, ctx, "packet-size")
     ratio = tput[default] / tput[peak]
     in_range = l2 is not None and l2 / 8 <= peak <= 2 * l2
     body = (f"The same concurrent mix ({copies} copies each of {', '.join(queries)}; data `{data}`) with the packet "
-            f"size swept from {_fmt_bytes(sizes[0])} to {_fmt_bytes(sizes[-1])}.\n\n"
-            + _md_table(["packet", "queries/s", "tasks"],
-                        [[_fmt_bytes(x), f"{tput[x]:.2f}", int(rec.median('bobox', x, 'tasks'))] for x in xs])
-            + f"\n\nPeak at {_fmt_bytes(peak)} ({'inside' if in_range else 'outside'} L2/8 .. 2xL2); the default "
-            f"(L2/2 = {_fmt_bytes(default)}) reaches {100 * ratio:.1f} % of the peak.\n\n![packet size](packet-size.png)\n")
+            f"size swept from {fmt_bytes(sizes[0])} to {fmt_bytes(sizes[-1])}.\n\n"
+            + md_table(["packet", "queries/s", "tasks"],
+                        [[fmt_bytes(x), f"{tput[x]:.2f}", int(rec.median('bobox', x, 'tasks'))] for x in xs])
+            + f"\n\nPeak at {fmt_bytes(peak)} ({'inside' if in_range else 'outside'} L2/8 .. 2xL2); the default "
+            f"(L2/2 = {fmt_bytes(default)}) reaches {100 * ratio:.1f} % of the peak.\n\n![packet size](packet-size.png)\n")
     write_section(ctx, "packet-size", "Figure 1: packet size", body)
     return {"points": [{"packet_bytes": x, "throughput": round(tput[x], 4)} for x in xs], "l2_bytes": l2,
             "default_packet_bytes": default, "peak_packet_bytes": peak, "default_vs_peak": round(ratio, 4),
@@ -353,7 +197,7 @@ def exp_numa_placement(ctx: Ctx) -> dict:
     bar = ctx.bar(2 * ctx.repeat, "numa-placement")
     times = {}
     for mode in ("local", "remote"):
-        with _scheduler(ctx, memory=mode, balance_interval=None) as s:
+        with make_scheduler(ctx, memory=mode, balance_interval=None) as s:
             plans = build_plans(queries, data, choose_parallel(copies * len(queries), len(s.workers)))
             _timed_mix(s, plans, 1)
             for r in range(ctx.repeat):
@@ -363,17 +207,17 @@ def exp_numa_placement(ctx: Ctx) -> dict:
         times[mode] = rec.median(mode, "mix", "seconds")
     bar.close()
     rec.write()
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     ax.bar(["local", "remote"], [times["local"], times["remote"]], color=["tab:green", "tab:red"])
     ax.set_ylabel("seconds (median)")
     ax.set_title("Figure 2: packets on the worker's node vs a remote node")
-    _save(fig, ctx, "numa-placement")
+    save_figure(fig, ctx, "numa-placement")
     slow = times["remote"] / times["local"]
     body = (f"The same requests ({copies} copies each of {', '.join(queries)}) with every packet allocated on the "
             f"worker's own node (local) and on the next node (remote); balancer off, so requests stay where "
             f"placed. The input tables themselves live wherever they were loaded.\n\n"
-            + _md_table(["memory", "seconds"], [["local", f"{times['local']:.3f}"], ["remote", f"{times['remote']:.3f}"]])
+            + md_table(["memory", "seconds"], [["local", f"{times['local']:.3f}"], ["remote", f"{times['remote']:.3f}"]])
             + f"\n\nRemote / local: {slow:.3f}.\n\n![placement](numa-placement.png)\n")
     write_section(ctx, "numa-placement", "Figure 2: memory placement", body)
     return {"local_s": round(times["local"], 4), "remote_s": round(times["remote"], 4), "remote_over_local": round(slow, 4)}
@@ -405,7 +249,7 @@ def exp_schedulers(ctx: Ctx) -> dict:
     bar = ctx.bar(len(series) * len(ms) * ctx.repeat, "schedulers")
     steps = {}
     for name, kw in series:
-        with _scheduler(ctx, **kw) as s:
+        with make_scheduler(ctx, **kw) as s:
             by_par = {}
             for n, m in ms:
                 k = n * m
@@ -436,7 +280,7 @@ def exp_schedulers(ctx: Ctx) -> dict:
     ratios_same = [t["simple-L2/2"][i] / t["bobox"][i] for i in range(len(labels))]
     geo = float(np.exp(np.mean(np.log(ratios))))
     geo_same = float(np.exp(np.mean(np.log(ratios_same))))
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     x = np.arange(len(labels))
     wdt = 0.27
@@ -459,20 +303,20 @@ def exp_schedulers(ctx: Ctx) -> dict:
         bottom += vals
     axes[2].set_title(f"Tasks by locality step ({labels[-1]})")
     axes[2].legend(fontsize=8)
-    _save(fig, ctx, "schedulers")
+    save_figure(fig, ctx, "schedulers")
     rows = [[lab, f"{t['bobox'][i]:.3f}", f"{t['simple'][i]:.3f}", f"{ratios[i]:.2f}", f"{t['simple-L2/2'][i]:.3f}",
              f"{ratios_same[i]:.2f}", f"{peak['bobox'][i] / 2**20:.1f}", f"{peak['simple'][i] / 2**20:.1f}"]
             for i, lab in enumerate(labels)]
     step_rows = [[name] + [f"{100 * (steps[name][k] or 0):.1f} %" for k in ("1", "2", "3", "4")] for name, _ in series]
     body = (f"N x M requests submitted at once (the TPC-H mix {', '.join(queries)} in turn; data `{data}`), with the "
             f"bobox policy (L2/2 packets) and the paper's simple scheduler (FIFO lists, round-robin stealing, one "
-            f"global semaphore, constant {_fmt_bytes(_simple_packet())} packets); `simple-L2/2` is the simple "
+            f"global semaphore, constant {fmt_bytes(_simple_packet())} packets); `simple-L2/2` is the simple "
             f"policy with bobox's packet size, to separate the policy from the packet size.\n\n"
-            + _md_table(["mix", "bobox s", "simple s", "simple/bobox", "simple-L2/2 s", "ratio", "bobox peak MiB",
+            + md_table(["mix", "bobox s", "simple s", "simple/bobox", "simple-L2/2 s", "ratio", "bobox peak MiB",
                          "simple peak MiB"], rows)
             + f"\n\nGeomean simple/bobox: **{geo:.2f}** (paper: 1.08-1.12); with equal packet sizes: "
             f"{geo_same:.2f}.\n\nShare of tasks by the locality step that found them, {labels[-1]} mix:\n\n"
-            + _md_table(["policy", "1 own newest", "2 last request", "3 oldest request", "4 stolen"], step_rows)
+            + md_table(["policy", "1 own newest", "2 last request", "3 oldest request", "4 stolen"], step_rows)
             + "\n\n![schedulers](schedulers.png)\n")
     write_section(ctx, "schedulers", "Figure 3: bobox vs simple scheduler", body)
     return {"mixes": {lab: {"bobox_s": round(t["bobox"][i], 4), "simple_s": round(t["simple"][i], 4),
@@ -564,7 +408,7 @@ def exp_balancer(ctx: Ctx) -> dict:
         busy = {mode: [rec.median(mode, f"{wl}:node{n}", "busy_s") or 0 for n in nodes] for mode in ("on", "off")}
         res[wl] = {"on": on, "off": off, "first": first, "busy": busy,
                    "actions": rec.median("on", wl, "actions")}
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 1 + len(workloads), figsize=(5 + 4 * len(workloads), 3.8))
     wls = list(workloads)
     x = np.arange(len(wls))
@@ -582,7 +426,7 @@ def exp_balancer(ctx: Ctx) -> dict:
         ax.set_ylabel("busy seconds per run")
         ax.set_title(f"Where the work ran: {wl}")
         ax.legend()
-    _save(fig, ctx, "balancer")
+    save_figure(fig, ctx, "balancer")
     rows = []
     for wl in wls:
         r = res[wl]
@@ -591,7 +435,7 @@ def exp_balancer(ctx: Ctx) -> dict:
     body = (note + f"All requests submitted at once and placed on node {first_node} (`submit(plan, node=...)`), the "
             f"other nodes idle; balancer every 100 ms (on) or disabled (off). Workloads: `tpch` = {copies} copies of "
             f"each query of the mix; `kernel` = {copies} x 4 CPU-bound numba plans (`bobox bench speedup`'s).\n\n"
-            + _md_table(["workload", "on req/s", "off req/s", "on/off", "first migration/share", "actions/run"], rows)
+            + md_table(["workload", "on req/s", "off req/s", "on/off", "first migration/share", "actions/run"], rows)
             + "\n\n![balancer](balancer.png)\n")
     write_section(ctx, "balancer", "Load balancer", body)
     return {wl: {"throughput_on": round(res[wl]["on"], 4), "throughput_off": round(res[wl]["off"], 4),
@@ -641,4 +485,4 @@ def run_experiment(args) -> dict:
     return summary if args.name == "all" else summary[args.name]
 
 
-__all__ = ["CSV_COLUMNS", "EXPERIMENTS", "run_experiment", "virtual_topology"]
+__all__ = ["EXPERIMENTS", "run_experiment"]

@@ -24,7 +24,7 @@ the median of ``--repeat`` runs; the configurations compared in one figure are r
 alternately, repeat by repeat, so that a change of machine load hits both sides.
 Once, before the figures: the bookkeeping per unit, and what waking a sleeping thread
 costs on this machine (JSON ``handoff``, ``experiments/handoff.py``).
-Writes ``DIR/ordered.csv`` (long format, as ``experiments/locality.py``),
+Writes ``DIR/ordered.csv`` (long format, ``experiments/framework.py``),
 ``DIR/ordered.png`` and the ``ordered`` section of ``DIR/report.md``.
 
 Worker counts: 1, 2, 4, 8, 12, 16 up to the CPUs of the machine (``--workers`` to
@@ -52,8 +52,8 @@ import numpy as np
 import topology as T
 from bobox_sched.core.errors import BoboxError
 
+from experiments.framework import Ctx, Recorder, md_table, panel_grid, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 HEURISTICS = ("ct", "lp", "et", "qst")
 COST_MODE = ["compute"]  # "sleep" with --emulate (set by run_experiment)
@@ -692,96 +692,119 @@ def why_missed(s: dict, g: dict) -> dict:
     return out
 
 
-def plot(ctx, rec, s, workers, queries) -> None:
-    plt = _plt()
-    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
-    ax = axes[0][0]
+def plot(ctx, rec, s, workers, queries):
+    """DIR/ordered.png: one panel per part of a figure that ran, in figure order (8a
+    throughput, 8b latency, 8 CT against workers, 9, 10, 11, 12, 13, 14), three to a
+    row; figures not run (``--figures``) take no room. Returns the figure, saved and
+    closed."""
+    panels = []  # functions drawing one panel on the axes they are given
     h = s.get("heuristics")
     if h:
-        for x in HEURISTICS:
-            ax.plot(range(len(queries)), [h[x][q]["throughput"] / 1e3 for q in queries], "o-", label=x.upper())
-        ax.set_xticks(range(len(queries)), [q.upper() for q in queries])
-        ax.set_ylabel("peak throughput (k rows/s)")
-        ax.set_title("Fig 8a: heuristics, peak throughput")
-        ax.legend(fontsize=8)
-        ax = axes[0][1]
-        for x in HEURISTICS:
-            ax.plot(range(len(queries)), [h[x][q]["latency_ms"] or np.nan for q in queries], "o-", label=x.upper())
-        ax.set_xticks(range(len(queries)), [q.upper() for q in queries])
-        if any((h[x][q]["latency_ms"] or 0) > 0 for x in HEURISTICS for q in queries):
-            ax.set_yscale("log")
-        ax.set_ylabel("processing latency at peak (ms)")
-        ax.set_title("Fig 8b: heuristics, latency")
-        ax.legend(fontsize=8)
-        ax = axes[0][2]
-        for q in queries:
-            ax.plot(workers, [rec.median(f"{q}/ct", w, "throughput") / 1e3 for w in workers], "o-", label=q.upper())
-        ax.set_xlabel("workers")
-        ax.set_ylabel("k rows/s (CT)")
-        ax.set_title("Fig 8a: CT against workers")
-        ax.legend(fontsize=8)
-    hp = s.get("hybrid_vs_partitioned")
-    if hp:
-        ax = axes[1][0]
-        labels = list(hp)
-        for scheme in ("hybrid", "partitioned"):
-            ax.plot(range(len(labels)), [rec.median(f"fig9/{scheme}", x, "throughput") / 1e3 for x in labels], "o-",
-                    label=scheme)
-        ax.set_xticks(range(len(labels)), [f"σ={x}" for x in labels], fontsize=8)
-        ax.set_ylabel("k rows/s")
-        ax.set_title(f"Fig 9: skew, {s.get('fig9_workers')} workers")
-        ax.legend(fontsize=8)
-    ol = s.get("operator_latency_ms")
-    if ol:
-        ax = axes[1][1]
-        cs = list(ol)
-        for scheme in ("hybrid", "partitioned"):
-            ax.plot([float(c) for c in cs], [ol[c][scheme] or np.nan for c in cs], "o-", label=scheme)
-        ax.plot([float(c) for c in cs], [float(c) / 1000 for c in cs], "k:", label="per-tuple cost")
-        ax.set_xscale("log")
-        if any((v[k] or 0) > 0 for v in ol.values() for k in ("hybrid", "partitioned")):
-            ax.set_yscale("log")
-        ax.set_xlabel("per-tuple cost (us)")
-        ax.set_ylabel("operator latency (ms)")
-        ax.set_title("Fig 10: latency vs per-tuple cost")
-        ax.legend(fontsize=8)
-    for k, (key, title, labels) in enumerate((("hybrid_vs_partitioned_queries", "Fig 11: schemes per query (CT)",
-                                               ("hybrid", "hybrid_auto", "partitioned")),
-                                              ("nonblocking_vs_lock_queries", "Fig 14: reorder per query (CT)",
-                                               ("nonblocking", "lock")))):
-        d = s.get(key)
-        if not d:
-            continue
-        ax = axes[1][2] if k == 0 else axes[2][2]
-        xs = np.arange(len(queries))
-        labels = [lab for lab in labels if lab in d[queries[0]]]
-        width = 0.8 / len(labels)
-        for j, lab in enumerate(labels):
-            ax.bar(xs + (j - (len(labels) - 1) / 2) * width, [d[q][lab]["throughput"] / 1e3 for q in queries], width,
-                   label=lab)
-        ax.set_xticks(xs, [q.upper() for q in queries])
-        ax.set_ylabel("peak k rows/s")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-    for k, key in enumerate(("light_operator", "sl_ps_pipeline")):
-        d = s.get(key)
-        if not d:
-            continue
-        ax = axes[2][k]
-        ds = [int(x) for x in d]
-        ax.plot(ds, [d[str(x)]["speedup_nonblocking"] for x in ds], "o-", label="non-blocking: speedup")
-        ax.plot(ds, [d[str(x)]["speedup_lock"] for x in ds], "s--", label="lock-based: speedup")
-        ax2 = ax.twinx()
-        ax2.plot(ds, [d[str(x)]["cost_us_nonblocking"] for x in ds], "o:", color="tab:green", label="non-blocking: us/unit")
-        ax2.plot(ds, [d[str(x)]["cost_us_lock"] for x in ds], "s:", color="tab:red", label="lock-based: us/unit")
-        ax.set_xlabel("degree of parallelism (workers)")
-        ax.set_ylabel("speedup")
-        ax2.set_ylabel("average cost per unit (us)")
-        ax.set_title("Fig 12: light stateless operator" if k == 0 else "Fig 13: SL (sel 50) -> PS")
-        ax.legend(fontsize=7, loc="upper left")
-        ax2.legend(fontsize=7, loc="lower right")
+        panels += [lambda ax: _fig8_throughput(ax, h, queries), lambda ax: _fig8_latency(ax, h, queries),
+                   lambda ax: _fig8_workers(ax, rec, workers, queries)]
+    if s.get("hybrid_vs_partitioned"):
+        panels.append(lambda ax: _fig9(ax, rec, s))
+    if s.get("operator_latency_ms"):
+        panels.append(lambda ax: _fig10(ax, s["operator_latency_ms"]))
+    if s.get("hybrid_vs_partitioned_queries"):
+        panels.append(lambda ax: _per_query(ax, s["hybrid_vs_partitioned_queries"], queries,
+                                            "Fig 11: schemes per query (CT)", ("hybrid", "hybrid_auto", "partitioned")))
+    for key, title in (("light_operator", "Fig 12: light stateless operator"),
+                       ("sl_ps_pipeline", "Fig 13: SL (sel 50) -> PS")):
+        if s.get(key):
+            panels.append(lambda ax, d=s[key], title=title: _fig12_13(ax, d, title))
+    if s.get("nonblocking_vs_lock_queries"):
+        panels.append(lambda ax: _per_query(ax, s["nonblocking_vs_lock_queries"], queries,
+                                            "Fig 14: reorder per query (CT)", ("nonblocking", "lock")))
+    fig, axes = panel_grid(len(panels), ncols=3, panel_size=(5, 4))
+    for ax, draw in zip(axes, panels, strict=True):
+        draw(ax)
     fig.tight_layout()
-    _save(fig, ctx, NAME)
+    save_figure(fig, ctx, NAME)
+    return fig
+
+
+def _fig8_throughput(ax, h, queries) -> None:
+    for x in HEURISTICS:
+        ax.plot(range(len(queries)), [h[x][q]["throughput"] / 1e3 for q in queries], "o-", label=x.upper())
+    ax.set_xticks(range(len(queries)), [q.upper() for q in queries])
+    ax.set_ylabel("peak throughput (k rows/s)")
+    ax.set_title("Fig 8a: heuristics, peak throughput")
+    ax.legend(fontsize=8)
+
+
+def _fig8_latency(ax, h, queries) -> None:
+    for x in HEURISTICS:
+        ax.plot(range(len(queries)), [h[x][q]["latency_ms"] or np.nan for q in queries], "o-", label=x.upper())
+    ax.set_xticks(range(len(queries)), [q.upper() for q in queries])
+    if any((h[x][q]["latency_ms"] or 0) > 0 for x in HEURISTICS for q in queries):
+        ax.set_yscale("log")
+    ax.set_ylabel("processing latency at peak (ms)")
+    ax.set_title("Fig 8b: heuristics, latency")
+    ax.legend(fontsize=8)
+
+
+def _fig8_workers(ax, rec, workers, queries) -> None:
+    for q in queries:
+        ax.plot(workers, [rec.median(f"{q}/ct", w, "throughput") / 1e3 for w in workers], "o-", label=q.upper())
+    ax.set_xlabel("workers")
+    ax.set_ylabel("k rows/s (CT)")
+    ax.set_title("Fig 8a: CT against workers")
+    ax.legend(fontsize=8)
+
+
+def _fig9(ax, rec, s) -> None:
+    labels = list(s["hybrid_vs_partitioned"])
+    for scheme in ("hybrid", "partitioned"):
+        ax.plot(range(len(labels)), [rec.median(f"fig9/{scheme}", x, "throughput") / 1e3 for x in labels], "o-",
+                label=scheme)
+    ax.set_xticks(range(len(labels)), [f"σ={x}" for x in labels], fontsize=8)
+    ax.set_ylabel("k rows/s")
+    ax.set_title(f"Fig 9: skew, {s.get('fig9_workers')} workers")
+    ax.legend(fontsize=8)
+
+
+def _fig10(ax, ol) -> None:
+    cs = list(ol)
+    for scheme in ("hybrid", "partitioned"):
+        ax.plot([float(c) for c in cs], [ol[c][scheme] or np.nan for c in cs], "o-", label=scheme)
+    ax.plot([float(c) for c in cs], [float(c) / 1000 for c in cs], "k:", label="per-tuple cost")
+    ax.set_xscale("log")
+    if any((v[k] or 0) > 0 for v in ol.values() for k in ("hybrid", "partitioned")):
+        ax.set_yscale("log")
+    ax.set_xlabel("per-tuple cost (us)")
+    ax.set_ylabel("operator latency (ms)")
+    ax.set_title("Fig 10: latency vs per-tuple cost")
+    ax.legend(fontsize=8)
+
+
+def _per_query(ax, d, queries, title, labels) -> None:
+    """Figures 11 and 14: peak throughput per query of each configuration in `labels`."""
+    xs = np.arange(len(queries))
+    labels = [lab for lab in labels if lab in d[queries[0]]]
+    width = 0.8 / len(labels)
+    for j, lab in enumerate(labels):
+        ax.bar(xs + (j - (len(labels) - 1) / 2) * width, [d[q][lab]["throughput"] / 1e3 for q in queries], width,
+               label=lab)
+    ax.set_xticks(xs, [q.upper() for q in queries])
+    ax.set_ylabel("peak k rows/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
+def _fig12_13(ax, d, title) -> None:
+    ds = [int(x) for x in d]
+    ax.plot(ds, [d[str(x)]["speedup_nonblocking"] for x in ds], "o-", label="non-blocking: speedup")
+    ax.plot(ds, [d[str(x)]["speedup_lock"] for x in ds], "s--", label="lock-based: speedup")
+    ax2 = ax.twinx()
+    ax2.plot(ds, [d[str(x)]["cost_us_nonblocking"] for x in ds], "o:", color="tab:green", label="non-blocking: us/unit")
+    ax2.plot(ds, [d[str(x)]["cost_us_lock"] for x in ds], "s:", color="tab:red", label="lock-based: us/unit")
+    ax.set_xlabel("degree of parallelism (workers)")
+    ax.set_ylabel("speedup")
+    ax2.set_ylabel("average cost per unit (us)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left")
+    ax2.legend(fontsize=7, loc="lower right")
 
 
 def report(ctx, s, workers, queries) -> None:
@@ -800,7 +823,7 @@ def report(ctx, s, workers, queries) -> None:
                                for x in HEURISTICS]
                 + [f"{h[x][q]['latency_ms']:.1f}" if h[x][q]["latency_ms"] is not None else "-" for x in HEURISTICS]
                 for q in queries]
-        parts.append(f"### Figure 8: heuristics (partitioned operators: partitions={QUERY_PARTITIONS!r})\n\n" + _md_table(
+        parts.append(f"### Figure 8: heuristics (partitioned operators: partitions={QUERY_PARTITIONS!r})\n\n" + md_table(
             ["query"] + [f"{x.upper()} rows/s" for x in HEURISTICS] + [f"{x.upper()} ms" for x in HEURISTICS], rows))
         g = s["goals"]
         parts.append("CT's peak throughput / best heuristic's: " + ", ".join(
@@ -811,7 +834,7 @@ def report(ctx, s, workers, queries) -> None:
     if hp:
         det = s.get("fig9_detail", {})
         parts.append(f"### Figure 9: key skew ({s['fig9_workers']} workers{' (more than the CPUs)' if s['fig9_workers'] > s['cpus'] else ''})\n\n"
-                     + _md_table(["sigma"] + list(hp), [
+                     + md_table(["sigma"] + list(hp), [
                          ["hybrid / partitioned"] + [f"{v:.2f}" for v in hp.values()],
                          ["per-repeat ratios"] + [str(det.get(k, {}).get("ratio_spread", "")) for k in hp],
                          ["cores used: hybrid"] + [str(det.get(k, {}).get("hybrid_cores", "")) for k in hp],
@@ -819,7 +842,7 @@ def report(ctx, s, workers, queries) -> None:
                          ["cores taken by other processes"] + [str(det.get(k, {}).get("foreign_cores", "")) for k in hp]]))
     ol = s.get("operator_latency_ms")
     if ol:
-        parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + _md_table(
+        parts.append("### Figure 10: operator latency (ms) vs per-tuple cost (us)\n\n" + md_table(
             ["cost us", "hybrid", "partitioned"], [[c, v["hybrid"], v["partitioned"]] for c, v in ol.items()]))
     for key, title, labels in (("hybrid_vs_partitioned_queries", "Figure 11: schemes per query (CT, peak; "
                                 "HYBRID-QUEUE with the operators' p as in the paper (100; Q15 10, one per category) and with "
@@ -831,7 +854,7 @@ def report(ctx, s, workers, queries) -> None:
         d = s.get(key)
         if d:
             extra = [k for k in d[queries[0]] if k.startswith("ratio_")]
-            parts.append(f"### {title}\n\n" + _md_table(
+            parts.append(f"### {title}\n\n" + md_table(
                 ["query"] + [f"{x} rows/s" for x in labels] + [f"{x} ms" for x in labels] + ["ratio"] + extra,
                 [[q.upper()] + [f"{d[q][x]['throughput'] / 1e3:.0f} k" for x in labels]
                  + [d[q][x]["latency_ms"] for x in labels] + [f"{d[q]['ratio']:.2f}"]
@@ -840,7 +863,7 @@ def report(ctx, s, workers, queries) -> None:
                        ("sl_ps_pipeline", "Figure 13: SL (selectivity 50) -> PS")):
         d = s.get(key)
         if d:
-            parts.append(f"### {title}\n\n" + _md_table(
+            parts.append(f"### {title}\n\n" + md_table(
                 ["workers", "non-blocking / lock", "per-repeat ratios", "speedup NB", "speedup lock", "us/unit NB",
                  "us/unit lock", "exit section taken NB / lock (per unit)", "lock wait us/unit", "other processes' cores"],
                 [[k, f"{v['ratio']:.2f}", v["ratio_spread"], v["speedup_nonblocking"], v["speedup_lock"],

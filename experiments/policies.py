@@ -49,7 +49,7 @@ digest sorts each window's rows by key before hashing, and includes the sequence
 window punctuations, so two runs are equal exactly when they emit the same windows in the
 same order with the same rows (floating-point sums bit for bit).
 
-Writes ``DIR/policies.csv`` (long format, as ``experiments/locality.py``),
+Writes ``DIR/policies.csv`` (long format, ``experiments/framework.py``),
 ``DIR/policies.png`` and the ``policies`` section of ``DIR/report.md``.
 """
 
@@ -74,8 +74,8 @@ from bobox_sched.control import model as M
 from bobox_sched.control.punct import Window
 from operators.stream.ordered_micro import _iterate
 
+from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 NAME = "policies"
 
@@ -404,7 +404,7 @@ def table(s: dict) -> str:
 
 
 def _plot(ctx: Ctx, s: dict) -> None:
-    plt = _plt()
+    plt = pyplot()
     names = s["configs"]
     x = np.arange(len(names))
     fig, axes = plt.subplots(1, 3, figsize=(19, 5.2))
@@ -438,7 +438,7 @@ def _plot(ctx: Ctx, s: dict) -> None:
                  f"(load average {s['load_avg']['before'][0]:.2f} -> {s['load_avg']['after'][0]:.2f} "
                  f"on {s['cpus']} CPUs)")
     fig.tight_layout()
-    _save(fig, ctx, NAME)
+    save_figure(fig, ctx, NAME)
 
 
 def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
@@ -463,7 +463,7 @@ def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
         "(cores used: those CPU-seconds per second); "
         "latency: the markers' queueing and processing delay along the path (not a row's wait for its window).",
         "",
-        _md_table(["config", "set-up", "threads", "rows/s", "x bobox", "cores used", "rows/CPU-s", "x bobox",
+        md_table(["config", "set-up", "threads", "rows/s", "x bobox", "cores used", "rows/CPU-s", "x bobox",
                    "p50 ms", "p99 ms", "p99 x bobox", "equal to reference"], rows),
         "",
         f"Reference: the plan under `bobox` on one worker, one request: {s['reference']['rows']:,} window rows in "

@@ -1,7 +1,7 @@
 """``bobox experiment regions``: safe data parallelism (Schneider et al., section 6) on
 this machine, at small scale (spec 001 section 4, "small-scale plan").
 
-Writes ``DIR/regions.csv`` (long format, like the locality experiments), ``regions.png``
+Writes ``DIR/regions.csv`` (long format, ``experiments/framework.py``), ``regions.png``
 and the ``regions`` section of ``DIR/report.md``:
 
 * **Fig. 7** -- throughput speedup over the sequential plan of a stateless operator
@@ -43,7 +43,7 @@ from bobox_sched.regions.fission import parallelize
 from bobox_sched.control.punct import Window
 
 from experiments import region_ops as R
-from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, _scheduler, write_section
+from experiments.framework import Ctx, Recorder, make_scheduler, md_table, pyplot, save_figure, write_section
 
 NAME = "regions"
 NKEYS = 1024
@@ -255,7 +255,7 @@ def exp_regions(ctx: Ctx) -> dict:
     n_points = 3 * len(ws) + len(ws) + 6 + 5 + 5 + 6 + 2
     bar = ctx.bar(n_points, "regions")
     ceil_before = ceiling(ctx.repeat)
-    with _scheduler(ctx) as sched:
+    with make_scheduler(ctx) as sched:
         DEGREES = degrees(len(sched.workers))  # noqa: N806 - the sweep's constant, per machine
         summary: dict = {"ws": ws, "degrees": list(DEGREES), "workers": len(sched.workers),
                          "repeat": ctx.repeat}
@@ -378,7 +378,7 @@ def exp_regions(ctx: Ctx) -> dict:
 
 
 def _plot(ctx: Ctx, s: dict) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
     ws = s["ws"]
     for ax, kind in zip(axes[0][:3], ("stateless", "stateful", "shuffle")):
@@ -437,7 +437,7 @@ def _plot(ctx: Ctx, s: dict) -> None:
     ax.set_ylabel("speedup")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, ctx, NAME)
+    save_figure(fig, ctx, NAME)
 
 
 def _report(ctx: Ctx, s: dict) -> None:
@@ -461,11 +461,11 @@ def _report(ctx: Ctx, s: dict) -> None:
         "",
         "### Fig. 7: speedup vs work",
         "",
-        _md_table(["region", "N"] + [f"w=2^{w.bit_length() - 1}" for w in ws], rows),
+        md_table(["region", "N"] + [f"w=2^{w.bit_length() - 1}" for w in ws], rows),
         "",
         "### Fig. 9: ordering overhead vs round-robin (one stateless operator, N=2)",
         "",
-        _md_table(["strategy"] + [f"w=2^{w.bit_length() - 1}" for w in ws],
+        md_table(["strategy"] + [f"w=2^{w.bit_length() - 1}" for w in ws],
                   [[k] + [f"{100 * v[str(w)]:+.1f}%" for w in ws] for k, v in s["overhead_vs_rr"].items()]),
         "",
         "Epoch (strict, N=2, w=2^8; speedup): " + ", ".join(f"e={k}: {v:.2f}" for k, v in s["epoch"].items()),
@@ -482,7 +482,7 @@ def _report(ctx: Ctx, s: dict) -> None:
         "",
         "### Fig. 12/13 style: application kernels (speedup vs N)",
         "",
-        _md_table(["kernel"] + [f"N={n}" for n in s["degrees"]],
+        md_table(["kernel"] + [f"N={n}" for n in s["degrees"]],
                   [[k] + [f"{v[str(n)]:.2f}" for n in s["degrees"]] for k, v in s["apps"].items()]),
         "",
         "The finance kernel's timestamp merge (`combine`, two inputs: rule R2) stays sequential and caps its "
@@ -513,7 +513,7 @@ def _pct(v) -> str:
 
 
 def run_experiment(args) -> dict:
-    """``bobox experiment regions``: builds the locality experiments' context and runs."""
+    """``bobox experiment regions``: builds the experiment context (``experiments/framework.py``) and runs."""
     import shlex
     from pathlib import Path
 

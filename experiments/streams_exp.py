@@ -62,8 +62,8 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
+from experiments.framework import Ctx, Recorder, md_table, panel_grid, panel_rows, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Recorder, _md_table, _plt, _save, write_section
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
 
@@ -342,11 +342,12 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, han
     return out
 
 
-def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
+def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> tuple:
+    """``streams.png`` (a row per shape, a panel per cost: Figs. 8-9) and
+    ``streams-elastic.png`` (Fig. 10: a panel per shape and per load-change run); each
+    figure has exactly those panels. Returns both figures, saved and closed."""
     COSTS = cfg["costs"]  # noqa: N806
-    plt = _plt()
-    ncol = max(len(COSTS[s]) for s in shapes)
-    fig, axes = plt.subplots(len(shapes), ncol, figsize=(4.7 * ncol, 11 / 3 * len(shapes)), squeeze=False)
+    fig, axes = panel_rows([len(COSTS[s]) for s in shapes], panel_size=(4.7, 11 / 3))
     for i, shape in enumerate(shapes):
         for k, c in enumerate(COSTS[shape]):
             ax = axes[i][k]
@@ -367,25 +368,20 @@ def _plot(ctx, res, series, static_names, changes, cfg, shapes=SHAPES) -> None:
                 ax.legend(fontsize=7)
     fig.suptitle(f"IBM Streams threading models, {cfg['ops']} operators (Figs. 8-9)")
     fig.tight_layout()
-    _save(fig, ctx, "streams")
+    save_figure(fig, ctx, "streams")
     # Fig. 10: single elastic runs over time, plus the load-change runs.
     picks = [(s, COSTS[s][0] if s == "pipeline" else COSTS[s][-1]) for s in shapes]
-    n_panels = len(picks) + len(changes)  # 5 with every shape: 2 x 3
-    ncols = min(3, n_panels)
-    nrows = -(-n_panels // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(16 / 3 * ncols, 3.75 * nrows), squeeze=False)
-    axes = list(grid.flat)
-    for ax in axes[len(picks) + len(changes):]:
-        ax.axis("off")
+    elastic, axes = panel_grid(len(picks) + len(changes), ncols=3, panel_size=(16 / 3, 3.75))  # 5: 3 + 2
     for ax, (shape, c) in zip(axes, picks):
         tr = res[(shape, c, "elastic-nocap")]["trace"]
         _trace(ax, tr, f"{shape}, {c} FLOP/{unit_word(cfg['tuple_rows'])} (no CPU cap)")
     for ax, (form, d) in zip(axes[len(picks):], changes.items()):
         _trace(ax, d["trace"], f"mixed, cost 1000 -> 1 at {cfg['elastic_s'] / 2:g} s ({form})")
         ax.axvline(cfg["elastic_s"] / 2, color="black", lw=0.8)
-    fig.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
-    fig.tight_layout()
-    _save(fig, ctx, "streams-elastic")
+    elastic.suptitle("Elastic runs: throughput across all operators and thread level per period (Fig. 10)")
+    elastic.tight_layout()
+    save_figure(elastic, ctx, "streams-elastic")
+    return fig, elastic
 
 
 def _trace(ax, tr, title) -> None:
@@ -495,15 +491,15 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         + " ".join(notes) + "\n\n"
         "Known deviation (spec section 4): in Python, `dedicated` is not expected to win on a pipeline (the paper's "
         "result rests on synchronisation-free C++ hand-off between 1,000 threads; here they contend for the GIL).\n\n"
-        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", f"dynamic static (threads: {per}s/s)",
+        + md_table(["shape", f"FLOP/{per}", "manual", "dedicated", f"dynamic static (threads: {per}s/s)",
                      "best T", "elastic (cap 0.8) @ level", "elastic (no cap) @ level", "elastic/best",
                      "no-cap/best"], rows)
         + f"\n\nSink {per}s per CPU-second of the process (user + system, all threads): what each model "
         "gets out of the CPU it was given, independent of how much the other processes on the machine left "
         "it (a run with more runnable threads gets a larger share of a loaded machine):\n\n"
-        + _md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
+        + md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
-        + _md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
+        + md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
         + "\n\nGoals (issue 13):\n\n" + "\n".join(goals) + "\n\n"
         "![figs 8-9](streams.png)\n\n![fig 10](streams-elastic.png)\n")
     write_section(ctx, "streams", "IBM Streams threading models (Schneider & Wu, Figs. 8-10)", body)
@@ -532,16 +528,14 @@ def parse_shapes(v: str | None) -> tuple[str, ...] | None:
 
 
 def run(args) -> dict:
-    """``bobox experiment streams``: build the experiment context like the locality
-    experiments do, run, print where the files are."""
+    """``bobox experiment streams``: build the experiment context
+    (``experiments/framework.py``), run, print where the files are."""
     import shlex
     import sys
     from pathlib import Path
 
     import topology as T
     from bobox_sched.core.errors import BoboxError
-
-    from experiments.locality import Ctx
 
     out = Path(args.out)
     try:

@@ -4,8 +4,8 @@ breakdown on SL (Fig. 9), multi-partition transactions on GS (Fig. 10), read rat
 skew (Fig. 11), the punctuation interval against throughput and p99 latency (Fig. 12),
 and the three NUMA options with the page locality of state (Fig. 14).
 
-Writes ``DIR/tstream.csv`` (every measurement, long format as the locality
-experiments), ``DIR/tstream-fig{8,9,10,11,12,14}.png`` and a ``tstream`` section of
+Writes ``DIR/tstream.csv`` (every measurement, long format: ``experiments/framework.py``),
+``DIR/tstream-fig{8,9,10,11,12,14}.png`` and a ``tstream`` section of
 ``DIR/report.md``; ``--json`` prints the summary.
 
 How a point is measured: a fresh store, the app's event table (seeded), one request of a
@@ -49,8 +49,8 @@ import topology as T
 from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
+from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
-from experiments.locality import Ctx, Recorder, _md_table, _plt, _save, write_section
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
 CORRECT = ("tstream", "lock", "mvlk", "pat")
@@ -526,7 +526,7 @@ def _k(v):
 
 
 def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     for ax, app in zip(axes, APPS):
         for cc in SCHEMES:
@@ -537,7 +537,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
         ax.set_ylabel("events/s")
         ax.set_xticks(threads)
     axes[0].legend(fontsize=7)
-    _save(fig, ctx, "tstream-fig8")
+    save_figure(fig, ctx, "tstream-fig8")
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     names = list(s["breakdown_sl"])
@@ -549,7 +549,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
     ax.set_title(f"Fig. 9 SL time breakdown ({threads[-1]} threads)")
     ax.set_ylabel("fraction of worker time")
     ax.legend(fontsize=7)
-    _save(fig, ctx, "tstream-fig9")
+    save_figure(fig, ctx, "tstream-fig9")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for cc, ys in s["multi_partition"]["ratio"].items():
@@ -563,7 +563,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
     for ax in axes:
         ax.set_ylabel("events/s")
         ax.legend(fontsize=7)
-    _save(fig, ctx, "tstream-fig10")
+    save_figure(fig, ctx, "tstream-fig10")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for cc, ys in s["read_ratio"].items():
@@ -577,7 +577,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
     for ax in axes:
         ax.set_ylabel("events/s")
         ax.legend(fontsize=7)
-    _save(fig, ctx, "tstream-fig11")
+    save_figure(fig, ctx, "tstream-fig11")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for app in APPS:
@@ -589,7 +589,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
         ax.set_title(t)
         ax.legend(fontsize=7)
     axes[1].set_yscale("log")
-    _save(fig, ctx, "tstream-fig12")
+    save_figure(fig, ctx, "tstream-fig12")
 
     if s["numa"]:
         fig, ax = plt.subplots(figsize=(10, 3.6))
@@ -603,7 +603,7 @@ def _plots(ctx, s, threads, intervals, ratios, lengths, reads, thetas) -> None:
         ax.set_title(f"Fig. 14 NUMA options ({s['virtual_nodes']} virtual nodes)" if len(T.probe().cpu_nodes) == 1
                      else "Fig. 14 NUMA options")
         ax.legend(fontsize=7)
-        _save(fig, ctx, "tstream-fig14")
+        save_figure(fig, ctx, "tstream-fig14")
 
 
 def _report(ctx, s, tmax) -> None:
@@ -626,13 +626,13 @@ def _report(ctx, s, tmax) -> None:
     for app in APPS:
         for t in threads:
             rows.append([app.upper(), t] + [_k(s["throughput"][app][cc][str(t)]) for cc in SCHEMES])
-    lines.append(_md_table(["app", "threads"] + list(SCHEMES), rows))
-    lines += ["", _md_table(["app", "best baseline", "TStream / best"],
+    lines.append(md_table(["app", "threads"] + list(SCHEMES), rows))
+    lines += ["", md_table(["app", "best baseline", "TStream / best"],
                             [[a.upper(), s["best_baseline"][a], s["tstream_vs_best_baseline"][a]] for a in APPS]), ""]
     sc = s["scaling"]
     t1, tm = str(threads[0]), str(tmax)
     lines += [f"**Why TStream does not scale here (measured, {t1} vs {tm} threads, kernels timed):** {s['scaling_cause']}", "",
-              _md_table(["app", "scheme", f"events/s {t1}", f"events/s {tm}", "speedup", f"serial fraction {t1}",
+              md_table(["app", "scheme", f"events/s {t1}", f"events/s {tm}", "speedup", f"serial fraction {t1}",
                          f"serial fraction {tm}", "Amdahl cap", f"state access {t1} / {tm}", f"Parser alone {tm}"],
                         [[a.upper(), cc, _k(sc[a][cc]["throughput"][t1]), _k(sc[a][cc]["throughput"][tm]),
                           _fmt(sc[a][cc]["speedup"]), _fmt(sc[a][cc]["serial_fraction"][t1]),
@@ -642,21 +642,21 @@ def _report(ctx, s, tmax) -> None:
                           _k(sc[a]["parser_alone"][tm])]
                          for a in APPS for cc in ("tstream", "lock")]), ""]
     lines += [f"**Fig. 9: SL time breakdown at {tmax} threads** (fraction of workers x wall time):", "",
-              _md_table(["scheme", "useful", "sync", "lock", "others"],
+              md_table(["scheme", "useful", "sync", "lock", "others"],
                         [[cc] + [v[k] for k in ("useful", "sync", "lock", "others")]
                          for cc, v in s["breakdown_sl"].items()]), ""]
     lines += ["**Fig. 10: GS multi-partition transactions** (P = 8; events/s):", ""]
     for what in ("ratio", "length"):
         xs = list(next(iter(s["multi_partition"][what].values())))
-        lines += [_md_table([what] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s["multi_partition"][what].items()]),
+        lines += [md_table([what] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s["multi_partition"][what].items()]),
                   ""]
     for title, key in (("Fig. 11a: GS read ratio (%)", "read_ratio"), ("Fig. 11b: GS skew (theta, write-only)", "skew")):
         xs = list(next(iter(s[key].values())))
         lines += [f"**{title}** (events/s):", "",
-                  _md_table(["scheme"] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s[key].items()]), ""]
+                  md_table(["scheme"] + xs, [[cc] + [_k(v[x]) for x in xs] for cc, v in s[key].items()]), ""]
     xs = list(s["p99_latency_ms"]["gs"])
     lines += ["**Fig. 12: punctuation interval** -- throughput (events/s) / p99 latency (ms), TStream:", "",
-              _md_table(["app"] + xs, [[a.upper()] + [f"{_k(s['interval_throughput'][a][x])} / "
+              md_table(["app"] + xs, [[a.upper()] + [f"{_k(s['interval_throughput'][a][x])} / "
                                                        f"{'-' if s['p99_latency_ms'][a][x] is None else round(s['p99_latency_ms'][a][x], 2)}"
                                                        for x in xs] for a in APPS]), ""]
     if s["numa"]:
@@ -664,7 +664,7 @@ def _report(ctx, s, tmax) -> None:
         lines += [f"**Fig. 14: NUMA options** ({s['virtual_nodes'] or 'real'} nodes; events/s, placement locality, "
                   "page locality -- the fraction of operations whose record's segment was placed on / whose pages "
                   "the kernel reports on the node of the worker that ran them):", "",
-                  _md_table(["app"] + confs,
+                  md_table(["app"] + confs,
                             [[a.upper()] + [f"{_k(v['throughput'])}, {_fmt(v['placement_locality'])}, "
                                             f"{_fmt(v['page_locality'])}" for v in s["numa"][a].values()]
                              for a in APPS]), ""]

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from experiments.locality import CSV_COLUMNS, virtual_topology
+from topology.virtual import virtual_topology
+
+from experiments.framework import CSV_COLUMNS
 
 pytestmark = pytest.mark.slow
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,7 @@ import sys
 import pytest
 from test_experiments import check_png, read_csv
 
-from experiments.locality import CSV_COLUMNS
+from experiments.framework import CSV_COLUMNS
 
 pytestmark = pytest.mark.slow
 

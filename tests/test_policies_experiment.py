@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.locality import CSV_COLUMNS
+from experiments.framework import CSV_COLUMNS
 from test_experiments import check_png, read_csv
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,7 @@ def test_failing_configuration_is_excluded_with_its_reason(tmp_path, monkeypatch
     refuse at submit, and the experiment reports that instead of failing."""
     import topology as T
     from experiments import policies as P
-    from experiments.locality import Ctx
+    from experiments.framework import Ctx
 
     base = P.configs(2, None)
     broken = P.Config("ordered+regions", "ordered with parallelism=2", {"policy": "ordered"}, parallelism=2,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from experiments.locality import CSV_COLUMNS
+from experiments.framework import CSV_COLUMNS
 
 pytestmark = pytest.mark.slow
 

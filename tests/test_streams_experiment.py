@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from experiments.locality import CSV_COLUMNS, Ctx
+from experiments.framework import CSV_COLUMNS, Ctx
 from experiments.streams_exp import exp_streams, queue_for, run_once
 from experiments.streams_ops import (RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_for, burn_held, burn_rows,
                                      burn_rows_for, burn_rows_held, n_workers)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from experiments.locality import CSV_COLUMNS
+from experiments.framework import CSV_COLUMNS
 
 pytestmark = pytest.mark.slow
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -2,7 +2,8 @@
 ``experiments/locality.py`` (the Bobox paper's figures and ``all``), ``regions.py``
 (parallel regions, seed 001), ``ordered.py`` (ordered stream processing, seed 000),
 ``streams_exp.py`` (IBM Streams' threading, seed 004), ``tstream.py`` (transactional
-state, seed 002) and ``policies.py`` (every policy side by side on one workload).
+state, seed 002) and ``policies.py`` (every policy side by side on one workload), all on
+``experiments/framework.py`` (context, recorder, tables, figures, report sections).
 
 Every option is checked before any work starts: a bad value, or an option that does not
 apply to the chosen experiment, is a one-line error (exit 2)."""
