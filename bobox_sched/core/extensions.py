@@ -15,41 +15,39 @@ never again; lookups only read. A name registered twice is a programming error
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
-_policies: dict[str, type] = {}
-_plan_rewrites: dict[str, Callable] = {}
+class Registry:
+    """Names to things, filled once at import time by the layer that provides them."""
 
+    def __init__(self, what: str, hint: str, missing: type[Exception]):
+        self.what, self.hint, self.missing = what, hint, missing
+        self._items: dict = {}
 
-def register_policy(name: str, cls: type) -> None:
-    """`cls` (a ``bobox_sched.policies.base.Policy``) runs ``Scheduler(policy=name)``; its
-    ``resolve_options`` reads that policy's own keyword options."""
-    if name in _policies:
-        raise ValueError(f"policy {name!r} is registered twice")
-    _policies[name] = cls
+    def register(self, name: str, item) -> None:
+        if name in self._items:
+            raise ValueError(f"{self.what} {name!r} is registered twice")
+        self._items[name] = item
 
+    def get(self, name: str):
+        try:
+            return self._items[name]
+        except KeyError:
+            known = ", ".join(sorted(self._items)) or "none"
+            raise self.missing(f"unknown {self.what} {name!r} (known: {known}){self.hint}") from None
 
-def policy_class(name: str) -> type:
-    try:
-        return _policies[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(_policies))})") from None
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(_policies)
-
-
-# Plan rewrites: "analyze_regions" (plan -> RegionPlan) and "parallelize"
-# (plan, degree=, ordering= -> Plan), both from bobox_sched.regions.
-def register_plan_rewrite(name: str, fn: Callable) -> None:
-    if name in _plan_rewrites:
-        raise ValueError(f"plan rewrite {name!r} is registered twice")
-    _plan_rewrites[name] = fn
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._items)
 
 
-def plan_rewrite(name: str) -> Callable:
-    try:
-        return _plan_rewrites[name]
-    except KeyError:
-        raise RuntimeError(f"no plan rewrite {name!r} is registered: import bobox_sched.regions") from None
+# Policies: name -> a bobox_sched.policies.base.Policy class; its resolve_options reads
+# that policy's own keyword options.
+POLICIES = Registry("policy", "", ValueError)
+# Plan rewrites from bobox_sched.regions: "analyze_regions" (plan -> RegionPlan) and
+# "parallelize" (plan, degree=, ordering= -> Plan).
+PLAN_REWRITES = Registry("plan rewrite", ": import bobox_sched.regions", RuntimeError)
+
+register_policy = POLICIES.register
+policy_class = POLICIES.get
+policy_names = POLICIES.names
+register_plan_rewrite = PLAN_REWRITES.register
+plan_rewrite = PLAN_REWRITES.get

@@ -55,12 +55,6 @@ class ManualPolicy(StreamsBase):
     def create_workers(self) -> list:
         return []
 
-    def deliver(self, worker, src, i, item) -> bool:
-        rec = self.records.get(id(src))
-        if rec is not None:  # None: the request ended (request_done dropped the records): drop
-            self.push_item(worker, rec.out[i], item)
-        return True
-
     def push_item(self, worker, port, item) -> None:
         if port.op._bx_finished:
             return
@@ -113,12 +107,6 @@ class DedicatedPolicy(StreamsBase):
                 q.put_nowait(_STOP)  # wakes the port's thread if it waits for a tuple
             except queue.Full:
                 pass  # it is not waiting: it sees the request ended after its tuple
-
-    def deliver(self, worker, src, i, item) -> bool:
-        rec = self.records.get(id(src))
-        if rec is not None:  # None: the request ended (request_done dropped the records): drop
-            self.push_item(worker, rec.out[i], item)
-        return True
 
     def push_item(self, worker, port, item) -> None:
         op = port.op

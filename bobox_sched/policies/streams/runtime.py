@@ -217,6 +217,14 @@ class StreamsBase(Policy):
     def push_item(self, worker, port, item) -> None:
         raise NotImplementedError
 
+    def deliver(self, worker, src, i, item) -> bool:
+        """`item` sent on output `i` of `src` goes to the receiving port (the manual and
+        dedicated models; dynamic has its own, with reSchedule). True: delivered or dropped."""
+        rec = self.records.get(id(src))
+        if rec is not None:  # None: the request ended (request_done dropped the records): drop
+            self.push_item(worker, rec.out[i], item)
+        return True
+
     def next_task(self, worker):
         return None  # only the dynamic model has scheduler threads
 
