@@ -196,17 +196,23 @@ def test_pulses_cross_an_operator_that_drops_every_row(policy):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_latency_markers_are_measured_at_the_sink(policy):
+def test_latency_markers_are_measured_at_the_sink(policy, monkeypatch):
+    """Markers stamped 3, 8 and 1 ms before a sink whose clock stands still: the
+    latencies are exactly those, in ms (mean, p50, p99 by linear interpolation, max)."""
+    import bobox_sched.request as request
+
+    now = 10**15
+    monkeypatch.setattr(request, "_marker_clock", lambda: now)
     plan = Plan("lat")
-    plan.add("src", Items, [1, Marker(), 2, Marker(), 3])
+    plan.add("src", Items, [1, Marker(now - 3_000_000), 2, Marker(now - 8_000_000), 3, Marker(now - 1_000_000)])
     plan.add("a", AddOne)
     plan.add("sink", ObliviousSink)
     plan.chain("src", "a", "sink")
     with sched(policy) as s:
         h = s.submit(plan)
         assert h.result(timeout=60) == 3
-    lat = h.stats["latency"]
-    assert lat["markers"] == 2 and 0 <= lat["p50_ms"] <= lat["max_ms"]
+    assert h._request.latencies_ns == [3_000_000, 8_000_000, 1_000_000]  # each once, in order
+    assert h.stats["latency"] == {"markers": 3, "mean_ms": 4.0, "p50_ms": 3.0, "p99_ms": 7.9, "max_ms": 8.0}
 
 
 def test_operator_model_safe_defaults_and_declarations():
