@@ -4,6 +4,7 @@ cancellation, latency markers. Under both policies."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -428,7 +429,8 @@ def test_channel_refuses_bad_items_and_second_consumer():
 
 
 class NodeOf(StreamOperator):
-    """Records the NUMA node of every run."""
+    """Records, on every run, the node the runtime says it runs on and the CPUs the
+    kernel lets its thread run on (the thread's affinity mask)."""
 
     state = M.STATELESS
     selectivity_bound = M.EXACTLY_ONE
@@ -437,16 +439,24 @@ class NodeOf(StreamOperator):
         self.log, self.tag = log, tag
 
     def on_packet(self, ctx, port, pkt):
-        self.log.append((self.tag, ctx.node))
+        self.log.append((self.tag, ctx.node, frozenset(os.sched_getaffinity(0))))
         ctx.send("out", pkt)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a thread affinity mask of 2 CPUs or more to split into two nodes")
 def test_placed_operators_run_on_their_node():
+    """Two virtual nodes made of this machine's CPUs (one real NUMA node here: the
+    NUMA-VM tier checks real nodes), workers pinned: a placed operator runs only on
+    workers of its node, and the kernel's affinity mask of the thread running it is
+    exactly that node's CPUs, so the placement holds where threads really run."""
     import topology
     from topology.virtual import virtual_topology
 
     topo = virtual_topology(topology.probe(), 2)
-    ids = [n.os_index for n in topo.cpu_nodes]
+    nodes = topo.cpu_nodes
+    ids = [n.os_index for n in nodes]
+    assert set(nodes[0].cpus).isdisjoint(nodes[1].cpus)
     log = []
     plan = Plan("placed")
     plan.add("src", Items, list(range(60)))
@@ -458,11 +468,14 @@ def test_placed_operators_run_on_their_node():
     plan.place("b", 3)  # slots wrap around the node count: 3 % 2 = node 1
     with pytest.raises(ValueError):
         plan.place("a", -1)
-    with Scheduler(topology=topo, threads_per_node=1, pin=False, buffer_packets=1) as s:
+    with Scheduler(topology=topo, threads_per_node=1, pin=True, buffer_packets=1) as s:
         hs = [s.submit(plan) for _ in range(3)]
         assert [h.result(timeout=60) for h in hs] == [60] * 3
-    assert {n for t, n in log if t == "a"} == {ids[0]}
-    assert {n for t, n in log if t == "b"} == {ids[1]}
+        masks = {w.node_id: w.pinned_mask for w in s.workers}
+    assert masks == {ids[0]: set(nodes[0].cpus), ids[1]: set(nodes[1].cpus)}  # each worker pinned
+    for tag, node in (("a", nodes[0]), ("b", nodes[1])):
+        runs = [(n, cpus) for t, n, cpus in log if t == tag]
+        assert len(runs) == 3 * 60 and set(runs) == {(node.os_index, frozenset(node.cpus))}, (tag, set(runs))
     bad = Plan("bad")
     bad.add("src", Items, [1])
     bad.add("sink", ObliviousSink)
