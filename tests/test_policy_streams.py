@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops import Guarded
 from stream_ops_support import wait_for
@@ -230,7 +230,7 @@ def check_quiescent(handle):
 
 # -- exclusivity, FIFO, exactly once: random DAGs ----------------------------------------------
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None)
 
 
 @SETTINGS
