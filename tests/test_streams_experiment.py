@@ -133,7 +133,9 @@ def test_tiny_experiment_writes_csv_png_report_and_json(tmp_path):
         assert set(out["static"][shape][str(c)]) == {"1", "2"}
         e = out["elastic"][shape][str(c)]
         assert set(e) == {"level", "throughput"} and 1 <= e["level"] <= out["settings"]["max_level"]
-        assert out["elastic_vs_best_static"][shape][str(c)] >= 0
+        best = max(out["static"][shape][str(c)].values())
+        ratio = out["elastic_vs_best_static"][shape][str(c)]
+        assert best > 0 and ratio == pytest.approx(e["throughput"] / best, abs=1e-3)  # (all three rounded)
     assert set(out["dynamic_vs_dedicated"]) == set(out["dynamic_vs_manual"]) == {"100"}
     json.dumps(out)
     header, rows = read_csv(tmp_path / "streams.csv")
