@@ -164,6 +164,8 @@ def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: flo
         "tuples_per_cpu_s": n_end / max(cpu1 - cpu0, 1e-9),
         "wall_s": t_end - t0,
         "loadavg": load,
+        "model": pd.get("model"),
+        "elastic": el is not None,
         "level": pd.get("level"),
         "threads": pd.get("threads"),
         "trace": el["trace"] if el else [],

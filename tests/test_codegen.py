@@ -3,7 +3,7 @@ expressions, on hypothesis-generated expression trees and columns."""
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from operators import codegen
 from operators.expr import Compiled, Field, Schema, case, col, date_days, lit
@@ -54,7 +54,7 @@ def columns(draw):
     }
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=60, deadline=None)
 
 
 @SETTINGS

@@ -163,15 +163,36 @@ def test_cpu_is_asked_only_when_the_rules_want_to_grow():
     assert calls == []
 
 
-def test_cpu_guard_reads_proc_stat_and_is_false_until_it_has_an_interval():
+def test_cpu_guard_reads_proc_stat_and_is_false_until_it_has_an_interval(tmp_path, monkeypatch):
+    """A fake ``/proc/stat`` (psutil's ``PROCFS_PATH``, its documented seam) with known
+    jiffies: usage is ``(user + nice + system) / total`` over the interval, where the
+    kernel's guest time is already inside user (guest_nice inside nice) and counts once."""
+    import psutil
+
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+
+    def jiffies(user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice):
+        stat.write_text(f"cpu  {user} {nice} {system} {idle} {iowait} {irq} {softirq} {steal} {guest} {guest_nice}\n"
+                        "cpu0 0 0 0 0 0 0 0 0 0 0\n")
+
     g = CpuGuard(0.8)
+    jiffies(1000, 200, 300, 5000, 100, 10, 10, 0, 400, 50)
     assert g.acceptable() is False
-    assert g.sample() is None
-    sum(i * i for i in range(200_000))
-    u = g.sample()
-    assert u is None or 0.0 <= u <= 1.0
-    with pytest.raises(ValueError):
-        CpuGuard(0)
+    assert g.sample() is None and g.acceptable() is False  # one reading: no interval yet
+    # +600 user (150 of it guest), +100 nice (50 guest_nice), +300 system, +800 idle,
+    # +100 iowait, +100 irq: busy 1000 of 2000 (the guest jiffies not counted twice)
+    jiffies(1600, 300, 600, 5800, 200, 110, 10, 0, 550, 100)
+    assert g.sample() == pytest.approx(0.5) and g.acceptable() is True
+    # +900 busy (user, system), +100 idle: 0.9 > 0.8
+    jiffies(2000, 300, 1100, 5900, 200, 110, 10, 0, 550, 100)
+    assert g.sample() == pytest.approx(0.9) and g.acceptable() is False
+    # no time passed (same reading): no interval, so not acceptable
+    assert g.sample() is None and g.acceptable() is False
+    assert CpuGuard(1.0).limit == 1.0
+    for bad in (0, -0.5, 1.5):
+        with pytest.raises(ValueError, match=r"cpu_limit must be in \(0, 1\]"):
+            CpuGuard(bad)
 
 
 # -- load changes --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from operators.builder import Query
 from operators.expr import case, col, date
@@ -14,7 +14,7 @@ from operators.tpch_sql import compare_tables
 
 from bobox_sched import Scheduler
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None)
 WORDS = ["AIR", "MAIL", "SHIP", "TRUCK", "RAIL", "FOB", "REG AIR", "PROMO BRUSHED", "PROMO X", "ECONOMY"]
 
 

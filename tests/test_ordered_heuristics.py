@@ -324,7 +324,13 @@ def test_processing_latency_markers_and_decision_cost():
     assert [int(p["x"][0]) for p in out] == [2 * i for i in range(50)]
     lat = h.stats["latency"]
     assert lat is not None and lat["markers"] == 10
-    assert len(h._request.e2e_ns) == 10 and min(h._request.e2e_ns) >= 0
+    # End-to-end runs from ingress, before the first operator stamps the marker (processing
+    # latency), to after the sink measured it, inside the request's life: per marker
+    # processing <= end-to-end, so also rank by rank (which marker is which is not kept).
+    req = h._request
+    e2e, proc = sorted(req.e2e_ns), sorted(req.latencies_ns)
+    assert len(e2e) == len(proc) == 10 and all(e >= p for e, p in zip(e2e, proc)), (e2e, proc)
+    assert e2e[-1] <= (req.t_end - req.t_submit) * 1e9 + 1000, (e2e, req.t_end - req.t_submit)
     assert stats["decisions"] > 0 and stats["decision_us_mean"] > 0
     assert [c["operator"] for c in chain] == ["src", "map", "sink"]
     assert chain[1]["M"] == 2 and chain[1]["units"] >= 50

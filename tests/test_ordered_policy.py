@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ordered_ops import GUARDS, build, make_items
 from ordered_ops import sequential as _sequential
@@ -204,7 +204,7 @@ def auto_resolved(chain, workers):
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None)
 @given(chains(), st.integers(0, 2**31), st.sampled_from(HEURISTICS), st.sampled_from(REORDERS),
        st.sampled_from(SCHEMES), st.sampled_from(CAPACITIES + [3]), st.sampled_from(ROW_ORDERS),
        st.sampled_from(WORKERS), st.sampled_from([None, 1, 2]), st.sampled_from([0, 1.1, 2.0]))

@@ -7,7 +7,7 @@ kinds and aggregations; with tiny packets, so kernels stop and resume mid-chain
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from operators import tpch as T
 from operators.builder import Query
@@ -17,7 +17,7 @@ from operators.tpch_sql import compare_tables, duckdb_answer
 
 from bobox_sched import Scheduler
 
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=30, deadline=None)
 WORDS = ["AIR", "MAIL", "SHIP", "TRUCK", "PROMO X", "PROMO Y", "RAIL"]
 
 

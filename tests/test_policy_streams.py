@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops import Guarded
 from stream_ops_support import wait_for
@@ -230,7 +230,7 @@ def check_quiescent(handle):
 
 # -- exclusivity, FIFO, exactly once: random DAGs ----------------------------------------------
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None)
 
 
 @SETTINGS
@@ -594,18 +594,37 @@ def test_a_thread_stuck_in_an_operator_is_unsuspendable_and_adaptation_is_postpo
 # -- shutdown and portsClosed ----------------------------------------------------------------
 
 def test_find_work_blocking_returns_false_only_on_shutdown_or_ports_closed():
+    """Nothing to do: findWorkBlocking backs off (timed blocks, each delay 10x the last)
+    and does not return; the flag set by another thread makes it return None (false).
+    The searching thread is held at its third block until the flag is set, so what it
+    did before is read without a race (and a thread that returned early says so)."""
     with streams(threads=1) as s:
         pol = s.policy
         for flag in ("notify_shutdown", "notify_ports_closed"):
             w = StreamsWorker(s, 0, None, None)
-            out = []
-            t = threading.Thread(target=lambda w=w: out.append(pol.next_task(w)))
+            out, delays = [], []
+            held, go = threading.Event(), threading.Event()
+
+            def block(delay, real=w.block, delays=delays, held=held, go=go):
+                delays.append(delay)
+                if len(delays) == 3:
+                    held.set()
+                    go.wait(WAIT_S)
+                real(delay)
+
+            def search(w=w, out=out, held=held):
+                out.append(pol.next_task(w))
+                held.set()  # returned without being held: let the test see it at once
+
+            w.block = block
+            t = threading.Thread(target=search)
             t.start()
-            time.sleep(0.05)
-            assert t.is_alive()  # nothing to do: blocks (backing off), does not return
+            assert held.wait(WAIT_S)
+            assert out == [] and delays == pytest.approx([1e-9, 1e-8, 1e-7])  # blocking, backing off
             getattr(w, flag)()
+            go.set()
             t.join(WAIT_S)
-            assert out == [None]
+            assert not t.is_alive() and out == [None] and w.sleeps == 3
         workers = list(s.workers)
     assert all(not w.thread.is_alive() and w.ports_closed for w in workers)
     assert s.policy.g_ports_closed and s.policy.g_shutdown

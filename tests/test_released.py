@@ -3,6 +3,8 @@
 summary, bench queries)."""
 
 import math
+import os
+import threading
 
 import pytest
 from experiments.bench import bench_queries
@@ -84,5 +86,10 @@ def test_bench_queries_reports_serial_fraction_and_duckdb_mix(tpch):
     assert r["predicted_speedup_16"] >= 1 and r["predicted_speedup_64"] >= r["predicted_speedup_16"]
     ratio, d, t = r["duckdb_mix_ratio"], r["duckdb_mix_s"], r["mix_tall_s"]
     assert d > 0 and abs(ratio * t - d) <= 1e-4 * (1 + ratio) + 1e-3 * t  # (all three are rounded)
-    assert r["mix_tall_cpu_s"] >= 0 and r["mix_tall_cpu_wait_s"] >= 0 and r["duckdb_mix_cpu_s"] > 0
+    assert r["duckdb_mix_cpu_s"] > 0
+    # the workers' CPU time is read from schedstat: positive wherever the kernel keeps it
+    if os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"):
+        assert r["mix_tall_cpu_s"] > 0 and r["mix_tall_cores_used"] > 0
+    else:
+        assert r["mix_tall_cpu_s"] == r["mix_tall_cpu_wait_s"] == 0
     assert not released.enabled()  # the bench switched it back off

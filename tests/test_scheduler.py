@@ -150,14 +150,28 @@ def test_failing_operator_fails_only_its_request(sched):
     assert hb._request.ops is None
 
 
+class StartedSink(CountSink):
+    """Counts like CountSink and sets `started` once it has seen `n` packets."""
+
+    def __init__(self, started, n=3):
+        super().__init__()
+        self.started, self.n = started, n
+
+    def on_packet(self, ctx, port, pkt):
+        super().on_packet(ctx, port, pkt)
+        if self.packets == self.n:
+            self.started.set()
+
+
 def test_cancel_unbounded_request(sched):
+    started = threading.Event()
     p = Plan("endless")
     p.add("src", Endless)
-    p.add("sink", CountSink)
+    p.add("sink", StartedSink, started)
     p.connect("src", "sink")
     h = sched.submit(p)
-    time.sleep(0.05)
-    assert not h.done()
+    assert started.wait(10)  # packets flow (a source that ended early never gets here)
+    assert not h.done()  # an unbounded request does not end by itself
     assert h.cancel() is True
     with pytest.raises(RequestCancelled):
         h.result(10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
@@ -17,7 +17,7 @@ from operators.stream import SEQ, Filter, FlatMap, Map
 from operators.stream.derive import derive
 from stream_ops_support import POLICIES, chain_plan, cut, puncts, rows, scheds  # noqa: F401
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=25, deadline=None)
 DT = {"k": np.int64, "x": np.float64, "n": np.int64}
 
 
@@ -194,7 +194,7 @@ def test_derive_gathers_hidden_columns_by_parents():
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None)
 @given(data=streams(), degree=st.integers(2, 4))
 def test_row_operators_form_a_parallel_region_with_the_sequential_output(scheds, policy, data, degree):
     """Filter -> FlatMap -> Map is one stateless region (they declare seq_aware): run as

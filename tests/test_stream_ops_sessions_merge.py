@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bobox_sched import Plan
@@ -19,7 +19,7 @@ from bobox_sched.core.sources import QueueSource, StreamChannel
 from operators.stream import Sessionize, TimeMerge
 from stream_ops_support import POLICIES, Feed, Record, chain_plan, cut, puncts, rows, scheds, skewed_keys  # noqa: F401
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=25, deadline=None)
 DT = {"ts": np.int64, "k": np.int64, "v": np.float64}
 AGGS = [("n", "count", None), ("total", "sum", "v"), ("top", "max", "v")]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bobox_sched.control import model as M
@@ -17,7 +17,7 @@ from operators.expr import col
 from operators.stream import Punctuated, Sliding, Tumbling, WindowAggregate
 from stream_ops_support import POLICIES, chain_plan, cut, puncts, rows, scheds, skewed_keys  # noqa: F401
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=25, deadline=None)
 DT = {"ts": np.int64, "k": np.int64, "v": np.float64, "q": np.int64}
 AGGS = [("n", "count", None), ("sv", "sum", "v"), ("sq", "sum", col("q") * 2), ("av", "avg", "v"),
         ("mn", "min", "ts"), ("mx", "max", "v")]

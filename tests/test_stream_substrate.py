@@ -4,6 +4,7 @@ cancellation, latency markers. Under both policies."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -137,9 +138,17 @@ def test_punctuations_travel_in_order_through_oblivious_operators(policy, buffer
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_fan_in_removes_punctuations_and_removes_declaration_drops_them(policy):
+    def rows_with_windows(first):
+        out = []
+        for i in range(20):
+            out.append(first + i)
+            if i % 5 == 4:
+                out.append(Window(first + i))
+        return out
+
     plan = Plan("fanin")
-    plan.add("s1", Items, [1, Window(1), 2])
-    plan.add("s2", Items, [3, Window(2), 4])
+    plan.add("s1", Items, rows_with_windows(0))
+    plan.add("s2", Items, rows_with_windows(100))
     plan.add("j", TwoIn)
     plan.add("sink", Record)
     plan.connect("s1", "j.a")
@@ -147,7 +156,10 @@ def test_fan_in_removes_punctuations_and_removes_declaration_drops_them(policy):
     plan.connect("j", "sink")
     with sched(policy) as s:
         seen = s.submit(plan).result(timeout=60)
-    assert sorted(seen) == [1, 2, 3, 4]  # no punctuation: fan-in is not punctuated
+    # no punctuation (fan-in is not punctuated): exactly the 40 rows, each input's in order
+    assert len(seen) == 40 and all(type(v) is int for v in seen), seen
+    assert [v for v in seen if v < 100] == list(range(20)), seen
+    assert [v for v in seen if v >= 100] == list(range(100, 120)), seen
 
 
 class RemovesPunct(AddOne):
@@ -196,17 +208,23 @@ def test_pulses_cross_an_operator_that_drops_every_row(policy):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_latency_markers_are_measured_at_the_sink(policy):
+def test_latency_markers_are_measured_at_the_sink(policy, monkeypatch):
+    """Markers stamped 3, 8 and 1 ms before a sink whose clock stands still: the
+    latencies are exactly those, in ms (mean, p50, p99 by linear interpolation, max)."""
+    import bobox_sched.request as request
+
+    now = 10**15
+    monkeypatch.setattr(request, "_marker_clock", lambda: now)
     plan = Plan("lat")
-    plan.add("src", Items, [1, Marker(), 2, Marker(), 3])
+    plan.add("src", Items, [1, Marker(now - 3_000_000), 2, Marker(now - 8_000_000), 3, Marker(now - 1_000_000)])
     plan.add("a", AddOne)
     plan.add("sink", ObliviousSink)
     plan.chain("src", "a", "sink")
     with sched(policy) as s:
         h = s.submit(plan)
         assert h.result(timeout=60) == 3
-    lat = h.stats["latency"]
-    assert lat["markers"] == 2 and 0 <= lat["p50_ms"] <= lat["max_ms"]
+    assert h._request.latencies_ns == [3_000_000, 8_000_000, 1_000_000]  # each once, in order
+    assert h.stats["latency"] == {"markers": 3, "mean_ms": 4.0, "p50_ms": 3.0, "p99_ms": 7.9, "max_ms": 8.0}
 
 
 def test_operator_model_safe_defaults_and_declarations():
@@ -411,7 +429,8 @@ def test_channel_refuses_bad_items_and_second_consumer():
 
 
 class NodeOf(StreamOperator):
-    """Records the NUMA node of every run."""
+    """Records, on every run, the node the runtime says it runs on and the CPUs the
+    kernel lets its thread run on (the thread's affinity mask)."""
 
     state = M.STATELESS
     selectivity_bound = M.EXACTLY_ONE
@@ -420,16 +439,24 @@ class NodeOf(StreamOperator):
         self.log, self.tag = log, tag
 
     def on_packet(self, ctx, port, pkt):
-        self.log.append((self.tag, ctx.node))
+        self.log.append((self.tag, ctx.node, frozenset(os.sched_getaffinity(0))))
         ctx.send("out", pkt)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a thread affinity mask of 2 CPUs or more to split into two nodes")
 def test_placed_operators_run_on_their_node():
+    """Two virtual nodes made of this machine's CPUs (one real NUMA node here: the
+    NUMA-VM tier checks real nodes), workers pinned: a placed operator runs only on
+    workers of its node, and the kernel's affinity mask of the thread running it is
+    exactly that node's CPUs, so the placement holds where threads really run."""
     import topology
     from topology.virtual import virtual_topology
 
     topo = virtual_topology(topology.probe(), 2)
-    ids = [n.os_index for n in topo.cpu_nodes]
+    nodes = topo.cpu_nodes
+    ids = [n.os_index for n in nodes]
+    assert set(nodes[0].cpus).isdisjoint(nodes[1].cpus)
     log = []
     plan = Plan("placed")
     plan.add("src", Items, list(range(60)))
@@ -441,11 +468,14 @@ def test_placed_operators_run_on_their_node():
     plan.place("b", 3)  # slots wrap around the node count: 3 % 2 = node 1
     with pytest.raises(ValueError):
         plan.place("a", -1)
-    with Scheduler(topology=topo, threads_per_node=1, pin=False, buffer_packets=1) as s:
+    with Scheduler(topology=topo, threads_per_node=1, pin=True, buffer_packets=1) as s:
         hs = [s.submit(plan) for _ in range(3)]
         assert [h.result(timeout=60) for h in hs] == [60] * 3
-    assert {n for t, n in log if t == "a"} == {ids[0]}
-    assert {n for t, n in log if t == "b"} == {ids[1]}
+        masks = {w.node_id: w.pinned_mask for w in s.workers}
+    assert masks == {ids[0]: set(nodes[0].cpus), ids[1]: set(nodes[1].cpus)}  # each worker pinned
+    for tag, node in (("a", nodes[0]), ("b", nodes[1])):
+        runs = [(n, cpus) for t, n, cpus in log if t == tag]
+        assert len(runs) == 3 * 60 and set(runs) == {(node.os_index, frozenset(node.cpus))}, (tag, set(runs))
     bad = Plan("bad")
     bad.add("src", Items, [1])
     bad.add("sink", ObliviousSink)

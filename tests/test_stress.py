@@ -10,7 +10,7 @@ import threading
 import time
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops import Guarded
 from test_policy_bobox import make_topology
@@ -130,7 +130,7 @@ def check_result(res, edges, n):
         assert got == list(range(sent)), f"edge n{i}->n{j}: sent {sent}, received {got[:20]}..."
 
 
-SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=80, deadline=None)
 
 
 def run_stress(spec, sched_kwargs, copies):
@@ -208,7 +208,7 @@ def test_many_concurrent_submitters_and_requests():
     assert Guarded.violations == []
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None)
 @given(random_dags(), st.integers(1, 3), st.booleans(), st.sampled_from([None, 0.002]))
 def test_no_lost_wakeup_with_sleeping_nodes_and_one_packet_buffers(spec, copies, on_node0, balance):
     """The lock-free wake decision (a pusher's only queued task wakes nobody; a deferred

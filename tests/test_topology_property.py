@@ -20,7 +20,7 @@ import re
 import tracemalloc
 
 from conftest import fixture_names
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topology import TopologyError, probe, sysfs
@@ -133,7 +133,7 @@ def check_coherent(topo):
     json.dumps(topo.to_json())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_random_corruptions_never_crash_and_stay_bounded(data, hwloc_trees):
     name = data.draw(st.sampled_from(NAMES), label="fixture")
@@ -212,7 +212,7 @@ hostile_mask = st.one_of(st.sampled_from(["ffffffff," * 2000 + "ffffffff", "-1",
                                   max_size=300).map(",".join))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_hostile_cpu_sets_cost_the_real_cpu_count(data, hwloc_trees):
     name = data.draw(st.sampled_from(NAMES), label="fixture")

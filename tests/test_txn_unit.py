@@ -73,12 +73,22 @@ def test_atomics_are_exact_across_threads_in_nogil_kernels():
 
 
 def test_atomics_refuse_other_arrays():
+    """Typing refuses anything but a 1-D int32/int64 (or unsigned) array, naming it."""
     @njit
-    def bad(a):
-        return atomic_add(a, 0, 1.0)
+    def add(a):
+        return atomic_add(a, 0, 1)
 
-    with pytest.raises(Exception):
-        bad(np.zeros(2))
+    @njit
+    def amax(a):
+        return atomic_max(a, 0, 1)
+
+    for fn, a, shown in [(add, np.zeros(2), r"array\(float64, 1d, C\)"),
+                         (add, np.zeros((2, 2), np.int64), r"array\(int64, 2d, C\)"),
+                         (add, np.zeros(2, np.int16), r"array\(int16, 1d, C\)"),
+                         (amax, np.zeros(2, np.float32), r"array\(float32, 1d, C\)")]:
+        with pytest.raises(TypeError, match=r"atomics need a 1-D int32/int64 array, got " + shown):
+            fn(a)
+    assert add(np.zeros(2, np.int32)) == 0  # the same kernels accept an int array
 
 
 # -- Fun / CFun ------------------------------------------------------------------------
