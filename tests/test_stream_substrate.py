@@ -211,7 +211,7 @@ def test_pulses_cross_an_operator_that_drops_every_row(policy):
 def test_latency_markers_are_measured_at_the_sink(policy, monkeypatch):
     """Markers stamped 3, 8 and 1 ms before a sink whose clock stands still: the
     latencies are exactly those, in ms (mean, p50, p99 by linear interpolation, max)."""
-    import bobox_sched.request as request
+    import bobox_sched.core.request as request
 
     now = 10**15
     monkeypatch.setattr(request, "_marker_clock", lambda: now)

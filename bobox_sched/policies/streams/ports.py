@@ -148,7 +148,7 @@ class PortRecord:
         self._bx_req = op._bx_req
         self.pid = -1
         self.retired = False
-        self.dq = None  # the dedicated model's blocking queue (threading_models)
+        self.dq = None  # the dedicated model's blocking queue (models.py)
 
     @property
     def name(self) -> str:

@@ -4,7 +4,7 @@ port), source operators on their own threads, and the options.
 
 The models differ only in how a submitted tuple reaches its port and which threads
 execute ports: ``dynamic`` (``streams.py``: any scheduler thread executes any port;
-push / reSchedule), ``manual`` and ``dedicated`` (``threading_models.py``).
+push / reSchedule), ``manual`` and ``dedicated`` (``models.py``).
 
 Mapping onto the runtime (spec section 5.2). A Streams tuple is one item of an output:
 a packet, a punctuation, or the final punctuation (``EOS``), all in band, in order.
