@@ -212,8 +212,10 @@ class Context:
         packet `parent_pkt` (a selection vector, a flat-map's parent index). Inside a
         parallel region this gives the rows their causes' seqnos
         (``bobox_sched.stream.seq``); elsewhere it is ``send``."""
-        return _task.send(self.worker, self.op, self.op._bx_outidx[port],
-                          _seq.derive(self, packet, parent_pkt, parent))
+        # Through self.send, never the task's send: a policy's context that collects or
+        # routes what an operator sends (the ordered policy's units) must see these
+        # packets too, and the port and packet checks are send's.
+        return self.send(port, _seq.derive(self, packet, parent_pkt, parent))
 
     def close(self, port: str | None = None) -> None:
         """End of stream on `port` (all outputs if None). Closing a port twice is
