@@ -239,6 +239,14 @@ class Context:
         """True while packets wait in the outbox: a producer should return now."""
         return bool(self.op._bx_outbox)
 
+    @property
+    def port(self) -> str | None:
+        """The name of the input port this run executes a tuple of, under a policy that
+        runs an operator per input port (``streams``: its ``StreamsContext``); None here,
+        where a run serves every input (read them with ``recv``), and wherever the
+        operator runs without a tuple. A name, like ``on_packet``'s `port`."""
+        return None
+
     # -- control ------------------------------------------------------------------------
     def reschedule(self, delay: float | None = None) -> None:
         """Run this operator again later (a deferred task): a source emitting one packet
