@@ -12,10 +12,12 @@ from .packet import Packet
 from .plan import Plan
 from .request import RequestHandle
 from .scheduler import Scheduler
+from .stream.merger import MisdeclaredOperator  # what a parallel region's debug checks raise (README)
 
 __all__ = [
     "BoboxError",
     "Context",
+    "MisdeclaredOperator",
     "Operator",
     "OperatorError",
     "OperatorStalled",

@@ -87,3 +87,58 @@ def test_ctx_port_names_each_of_several_inputs(policy):
         pairs = s.submit(plan).result(timeout=120)
     assert sorted(p for p, _ in pairs) == ["left"] * 10 + ["right"] * 10
     assert all(cp == _expected(policy, p) for p, cp in pairs), set(pairs)
+
+
+# -- MisdeclaredOperator, from where the README names it --------------------------------
+
+
+class Numbers(Source):
+    """0..n-1 in packets of 100 rows."""
+
+    state = M.STATELESS
+
+    def __init__(self, n):
+        self.n, self.i = n, 0
+
+    def next_packet(self, ctx):
+        if self.i >= self.n:
+            return None
+        k = min(100, self.n - self.i)
+        p = Packet({"x": np.arange(self.i, self.i + k, dtype=np.int64)})
+        self.i += k
+        return p
+
+
+class DropsOneRow(StreamOperator):
+    """Declared EXACTLY_ONE, but drops the first row of every packet."""
+
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+
+    def on_packet(self, ctx, port, pkt):
+        ctx.send("out", Packet({"x": pkt["x"][1:]}))
+
+
+class Drain(StreamOperator):
+    outputs = ()
+
+    def on_packet(self, ctx, port, pkt):
+        pass
+
+
+def test_misdeclared_operator_imports_from_where_the_readme_names_it():
+    from bobox_sched import MisdeclaredOperator  # the README's path (inside: ImportError fails this test only)
+    from bobox_sched.stream import MisdeclaredOperator as in_stream
+    from bobox_sched.stream.merger import MisdeclaredOperator as defined
+
+    assert MisdeclaredOperator is defined and in_stream is defined
+    plan = Plan("liar")
+    plan.add("src", Numbers, 1000)
+    plan.add("liar", DropsOneRow)
+    plan.add("sink", Drain)
+    plan.chain("src", "liar", "sink")
+    with sched("bobox") as s:
+        h = s.submit(plan, parallelism=2)
+        with pytest.raises(MisdeclaredOperator, match="declared EXACTLY_ONE"):
+            h.result(timeout=120)

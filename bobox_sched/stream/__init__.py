@@ -22,6 +22,7 @@ from .model import (
     Partitioned,
     model_of,
 )
+from .merger import MisdeclaredOperator
 from .partitioned import PartitionedOperator
 from .punct import Batch, Marker, Pulse, Punctuation, Window
 
@@ -34,6 +35,7 @@ __all__ = [
     "FunctionAny",
     "GENERATES",
     "Marker",
+    "MisdeclaredOperator",
     "OBLIVIOUS",
     "OperatorModel",
     "PRESERVES",
