@@ -62,3 +62,74 @@ def test_send_derived_rows_reach_the_sink_under_every_policy(policy):
         out = s.submit(evens_plan()).result(timeout=120)
     got = np.concatenate([p["x"] for p in out]) if out else np.zeros(0, np.int64)
     np.testing.assert_array_equal(got, np.arange(0, N, 2))
+
+
+# -- one argument order: the output packet, then the packet it came from --------------------
+
+
+class RecordingCtx:
+    """What operators.stream.send_derived needs of a context: new_packet and send."""
+
+    def __init__(self):
+        self.sent = []
+
+    def new_packet(self, schema, n):
+        return Packet({nm: np.empty(n, dt) for nm, dt in zip(schema.names, schema.dtypes)}, n)
+
+    def send(self, port, pkt):
+        self.sent.append((port, pkt))
+        return True
+
+
+def _input_and_output():
+    parent = Packet({"x": np.arange(5, dtype=np.int64), "__seq": np.arange(5, dtype=np.int64) * 10})
+    idx = np.array([1, 3], np.int64)
+    return parent, Packet({"x": parent["x"][idx] * 100}), idx
+
+
+def test_stream_send_derived_takes_the_output_packet_first():
+    from operators.stream import send_derived
+
+    parent, out, idx = _input_and_output()
+    ctx = RecordingCtx()
+    assert send_derived(ctx, "out", out, parent, idx)  # ctx.send_derived's order
+    ((port, sent),) = ctx.sent
+    assert port == "out" and sent is out
+    np.testing.assert_array_equal(sent["x"], [100, 300])
+    np.testing.assert_array_equal(sent["__seq"], [10, 30])  # the hidden column, gathered by parents
+
+
+def test_stream_send_derived_refuses_swapped_packets():
+    from operators.stream import send_derived
+
+    parent, out, idx = _input_and_output()
+    del parent.columns["__seq"]  # outside a region: nothing else would show the swap
+    ctx = RecordingCtx()
+    with pytest.raises(ValueError, match=r"out has 5 rows but 2 parent rows are given; the output packet comes first"):
+        send_derived(ctx, "out", parent, out, idx)
+    with pytest.raises(ValueError, match=r"out has 5 rows but parent 2 \(a 1:1 output without parents\)"):
+        send_derived(ctx, "out", parent, out)
+    with pytest.raises(TypeError, match="parent must be a Packet, got ndarray"):
+        send_derived(ctx, "out", out, idx)  # the input packet left out
+    assert ctx.sent == []
+
+
+class SwappedEvens(Evens):
+    """Evens with ctx.send_derived's two packets swapped."""
+
+    def on_packet(self, ctx, port, pkt):
+        idx = np.flatnonzero(pkt["x"] % 2 == 0)
+        ctx.send_derived("out", pkt, Packet({"x": pkt["x"][idx]}), idx)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ctx_send_derived_with_swapped_packets_fails_outside_a_region(policy):
+    plan = Plan("swapped")
+    plan.add("numbers", Numbers, N)
+    plan.add("evens", SwappedEvens)
+    plan.add("sink", Sink)
+    plan.chain("numbers", "evens", "sink")
+    with Scheduler(policy=policy, threads_per_node=2, pin=False) as s:
+        h = s.submit(plan)
+        with pytest.raises(ValueError, match=r"50 parent indices for a packet of 100 rows .*output packet comes first"):
+            h.result(timeout=120)
