@@ -142,3 +142,28 @@ def test_misdeclared_operator_imports_from_where_the_readme_names_it():
         h = s.submit(plan, parallelism=2)
         with pytest.raises(MisdeclaredOperator, match="declared EXACTLY_ONE"):
             h.result(timeout=120)
+
+
+# -- TxnSink: the same result types with and without events --------------------------------
+
+
+@pytest.mark.parametrize("cc", ["tstream", "lock"])
+def test_txn_sink_outputs_are_an_empty_dict_on_zero_events(cc):
+    from bobox_sched.txn import TxnConfig
+    from operators.txn import make_app, oracle_of, run_once, same_outputs
+
+    app = make_app("gs", nkeys=50, nparts=2)
+    with sched("bobox") as s:
+        for n in (0, 300):  # the zero-event result has the types of a run with events
+            store = app.make_store()
+            ev = app.events(n, seed=1)
+            dense_o, out_o = oracle_of(app, store, ev)
+            r = run_once(s, app, store, ev, TxnConfig(store, 2, interval=100, cc=cc), keep=True)
+            assert r["events"] == n
+            assert isinstance(r["outputs"], dict), r["outputs"]
+            assert (r["outputs"] == {}) == (n == 0)
+            assert same_outputs(r["outputs"], out_o)  # an empty run equals the empty oracle
+            assert np.array_equal(store.dense(), dense_o)
+            other = app.make_store()
+            kept_none = run_once(s, app, other, ev, TxnConfig(other, 2, interval=100, cc=cc))
+            assert kept_none["outputs"] is None  # without keep: None, with events or without
