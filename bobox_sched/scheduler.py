@@ -157,15 +157,17 @@ class Scheduler:
         one node); by default the policy places it. `parallelism` (an int, or a dict by
         region) runs the plan's parallel regions as that many channels, `ordering`
         overrides their mergers' strategies upward (``bobox_sched.stream.fission``).
-        Raises ValueError for an invalid plan (naming the operator) and
-        SchedulerShutdown after ``shutdown()``."""
+        Raises ValueError for an invalid plan (naming the operator), BoboxError for a
+        `parallelism` above ``limits.MAX_CHANNELS`` and SchedulerShutdown after
+        ``shutdown()``."""
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
         if self._closing:
             raise SchedulerShutdown("cannot submit: the scheduler is shut down")
         if parallelism is not None:
-            from .stream.fission import parallelize
+            from .stream.fission import check_degree_cap, parallelize
 
+            check_degree_cap(parallelism, "parallelism")  # named as the caller wrote it
             plan = parallelize(plan, degree=parallelism, ordering=ordering)
         elif ordering is not None:
             raise ValueError("ordering= needs parallelism=")

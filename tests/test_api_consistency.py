@@ -1,6 +1,7 @@
 """The API as the README documents it, the same under every policy: ``ctx.port`` names
 the input port (or is None), the error types the README names import from where it
-names them."""
+names them, ``TxnSink`` gives the same result types with or without events, and
+``parallelism=`` is bounded by its cap in ``bobox_sched/limits.py``."""
 
 from __future__ import annotations
 
@@ -121,10 +122,18 @@ class DropsOneRow(StreamOperator):
 
 
 class Drain(StreamOperator):
+    """Sink: the result is the number of rows."""
+
     outputs = ()
 
+    def __init__(self):
+        self.rows = 0
+
     def on_packet(self, ctx, port, pkt):
-        pass
+        self.rows += pkt.nrows
+
+    def on_end(self, ctx):
+        ctx.set_result(self.rows)
 
 
 def test_misdeclared_operator_imports_from_where_the_readme_names_it():
@@ -167,3 +176,44 @@ def test_txn_sink_outputs_are_an_empty_dict_on_zero_events(cc):
             other = app.make_store()
             kept_none = run_once(s, app, other, ev, TxnConfig(other, 2, interval=100, cc=cc))
             assert kept_none["outputs"] is None  # without keep: None, with events or without
+
+
+# -- parallelism= is bounded ------------------------------------------------------------------
+
+
+class Inc(StreamOperator):
+    state = M.STATELESS
+    selectivity_bound = M.EXACTLY_ONE
+    forwarding = M.ALWAYS
+
+    def on_packet(self, ctx, port, pkt):
+        ctx.send("out", Packet({"x": pkt["x"] + 1}))
+
+
+def region_plan() -> Plan:
+    plan = Plan("region")
+    plan.add("src", Numbers, 1000)
+    plan.add("inc", Inc)
+    plan.add("sink", Drain)
+    plan.chain("src", "inc", "sink")
+    return plan
+
+
+def test_parallelism_above_the_cap_is_refused_before_any_work():
+    from bobox_sched import BoboxError
+    from bobox_sched.limits import MAX_CHANNELS
+    from bobox_sched.stream.fission import parallelize
+
+    over = MAX_CHANNELS + 1
+    plan = region_plan()
+    assert f"inc@{MAX_CHANNELS - 1}" in parallelize(plan, MAX_CHANNELS).operator_names  # the cap is allowed
+    msg = rf"^{{}} must be at most {MAX_CHANNELS} channels per region \(the cap in bobox_sched/limits.py\), got {over}$"
+    for degree in (over, {0: over}, {"inc": over}):
+        with pytest.raises(BoboxError, match=msg.format("degree")):
+            parallelize(plan, degree)
+    with sched("bobox") as s:
+        with pytest.raises(BoboxError, match=msg.format("parallelism")):
+            s.submit(plan, parallelism=over)
+        assert s.stats()["requests_done"] == 0 and not s._active  # no request was made
+        h = s.submit(plan, parallelism=2)  # the scheduler goes on
+        assert h.result(timeout=120) == 1000 and h.id == 0  # the first request

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import copy
 
+from ..errors import BoboxError
+from ..limits import MAX_CHANNELS
 from ..operator import Operator
 from ..plan import Plan
 from . import regions as RG
@@ -77,6 +79,16 @@ def _per_region(value, rp, what: str, default):
     return out
 
 
+def check_degree_cap(degree, what: str = "degree") -> None:
+    """A one-line BoboxError when `degree` (an int, or a dict's values) asks for more
+    than ``limits.MAX_CHANNELS`` channels; cheap, so callers run it before any work
+    (the analysis, the expansion). Other bad degrees are parallelize's ValueError."""
+    for d in (degree.values() if isinstance(degree, dict) else (degree,)):
+        if isinstance(d, int) and not isinstance(d, bool) and d > MAX_CHANNELS:
+            raise BoboxError(f"{what} must be at most {MAX_CHANNELS} channels per region "
+                             f"(the cap in bobox_sched/limits.py), got {d}")
+
+
 def parallelize(plan: Plan, degree=2, *, ordering=None, epoch: int = DEFAULT_EPOCH, epoch_unit: str = PACKET,
                 place: bool = True, check: bool = True, stats: dict | None = None, analysis=None) -> Plan:
     """The plan with each parallel region expanded into channels (module doc).
@@ -86,7 +98,9 @@ def parallelize(plan: Plan, degree=2, *, ordering=None, epoch: int = DEFAULT_EPO
     a dict per region; only upward from the analysed one (``round_robin < seqno < strict
     < relaxed``). `epoch`: pulses every ``epoch * N`` packets (``epoch_unit="row"``: rows).
     `stats`: a dict the splitters and mergers fill with their figures at the end.
-    A region of degree 1 still gets its splitter and merger (N=1 is a real measurement)."""
+    A region of degree 1 still gets its splitter and merger (N=1 is a real measurement).
+    A degree above ``limits.MAX_CHANNELS`` raises BoboxError before anything is built."""
+    check_degree_cap(degree)
     rp = analysis if analysis is not None else RG.analyze(plan)
     if isinstance(degree, dict):
         degrees = _per_region(degree, rp, "degree", 1)
