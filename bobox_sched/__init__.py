@@ -13,6 +13,7 @@ from bobox_sched.core.plan import Plan
 from bobox_sched.core.request import RequestHandle
 from bobox_sched.core.scheduler import Scheduler
 from bobox_sched.policies.ordered.partitioned import PartitionedOperator
+from bobox_sched.regions.merger import MisdeclaredOperator  # what a parallel region's debug checks raise (README)
 
 # The layers above the core register what it finds by name (core/extensions.py).
 import bobox_sched.policies  # noqa: E402,F401 -- the four policies
@@ -21,6 +22,7 @@ import bobox_sched.regions  # noqa: E402,F401 -- parallel regions: analyze_regio
 __all__ = [
     "BoboxError",
     "Context",
+    "MisdeclaredOperator",
     "Operator",
     "OperatorError",
     "OperatorStalled",

@@ -196,6 +196,7 @@ class Snk(Operator):
 
     def __init__(self, width: int, meter: Meter):
         self.inputs = tuple(f"i{k}" for k in range(width))
+        self._index = {p: k for k, p in enumerate(self.inputs)}
         self.meter = meter
         self.last = [-1] * width
         self.ended = [False] * width
@@ -217,9 +218,9 @@ class Snk(Operator):
             self.n_ended += 1
 
     def process(self, ctx):
-        j = getattr(ctx, "port", -1)
-        if j >= 0:
-            self._port(ctx, j, self.inputs[j])
+        port = ctx.port
+        if port is not None:
+            self._port(ctx, self._index[port], port)
         else:
             for j, port in enumerate(self.inputs):
                 self._port(ctx, j, port)

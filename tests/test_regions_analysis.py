@@ -96,6 +96,17 @@ def test_r1_legacy_kind_maps_onto_the_model():
     assert regions_of(rp) == [["o0"]] and rp.excluded["o1"].rule == "R1"
 
 
+@pytest.mark.parametrize("key, want", [("user", ("user",)), (["user"], ("user",)),
+                                       (("user", "day"), ("user", "day"))])
+def test_r1_legacy_partition_key_str_is_one_column(key, want):
+    """``partition_key="user"`` is the column user, not the key ('u', 's', 'e', 'r')."""
+    decl = {"kind": "partitioned", "partition_key": key, "selectivity_bound": M.EXACTLY_ONE,
+            "forwarding": M.ALWAYS}
+    assert M.model_of(Decl(**decl)).state == M.Partitioned(*want)
+    rp = analyze(chain_plan(decl))
+    assert regions_of(rp) == [["o0"]] and rp.regions[0].key == tuple(sorted(want))  # the region sorts its key
+
+
 # ------------------------------------------------------------------------------- R2
 
 

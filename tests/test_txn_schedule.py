@@ -740,6 +740,20 @@ def test_more_executors_than_threads(cc):
         _check(store, ev, cfg, threads=1)
 
 
+@pytest.mark.timeout(120)  # the old dealing spun for minutes: fail by timeout, not hang CI
+@pytest.mark.parametrize("cc", ["lock", "mvlk", "pat"])
+def test_baselines_finish_when_a_batch_share_outgrows_the_input_buffer(cc):
+    """The README's scale: 1000 events, interval 500, 64-row packets, so each executor's
+    share of a batch is 8 packets against an input buffer of 4. A baseline runs a
+    transaction only after every smaller ts; the dealer must not keep executor 1's
+    events behind executor 0's later ones in its outbox (progress.deal: ts order)."""
+    store = make_store(300, False, 3)
+    ev = make_events(1000, 300, 0.9, 3)
+    ps = pat_seq(store, ev, 2) if cc == "pat" else None
+    cfg = TxnConfig(store, 2, interval=500, cc=cc, pat_seq=ps)
+    _check(store, ev, cfg, packet_rows=64, timeout=600)
+
+
 # -- NUMA placement ------------------------------------------------------------------------------------
 
 

@@ -161,7 +161,10 @@ def _model_of(op) -> OperatorModel:
     if state is None:
         kind = getattr(op, "kind", None)
         if kind == "partitioned" and getattr(op, "partition_key", None):
-            state = Partitioned(tuple(op.partition_key))
+            # a str is one column name (tuple() would split "user" into 'u', 's', 'e', 'r');
+            # any other iterable holds the names
+            key = op.partition_key
+            state = Partitioned((key,) if isinstance(key, str) else tuple(key))
         elif kind == "stateless":
             state = STATELESS
         else:

@@ -221,8 +221,10 @@ class Context:
         packet `parent_pkt` (a selection vector, a flat-map's parent index). Inside a
         parallel region this gives the rows their causes' seqnos
         (``bobox_sched.core.seq``); elsewhere it is ``send``."""
-        return _task.send(self.worker, self.op, self.op._bx_outidx[port],
-                          _seq.derive(self, packet, parent_pkt, parent))
+        # Through self.send, never the task's send: a policy's context that collects or
+        # routes what an operator sends (the ordered policy's units) must see these
+        # packets too, and the port and packet checks are send's.
+        return self.send(port, _seq.derive(self, packet, parent_pkt, parent))
 
     def close(self, port: str | None = None) -> None:
         """End of stream on `port` (all outputs if None). Closing a port twice is
@@ -245,6 +247,14 @@ class Context:
     def blocked(self) -> bool:
         """True while packets wait in the outbox: a producer should return now."""
         return bool(self.op._bx_outbox)
+
+    @property
+    def port(self) -> str | None:
+        """The name of the input port this run executes a tuple of, under a policy that
+        runs an operator per input port (``streams``: its ``StreamsContext``); None here,
+        where a run serves every input (read them with ``recv``), and wherever the
+        operator runs without a tuple. A name, like ``on_packet``'s `port`."""
+        return None
 
     # -- control ------------------------------------------------------------------------
     def reschedule(self, delay: float | None = None) -> None:

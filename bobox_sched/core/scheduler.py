@@ -30,7 +30,7 @@ from topology.memory import live_nodes
 from bobox_sched.core import limits
 from bobox_sched.core import extensions
 from bobox_sched.core.errors import BoboxError, SchedulerShutdown
-from bobox_sched.core.limits import check_count, check_real
+from bobox_sched.core.limits import check_count, check_degree_cap, check_real
 from bobox_sched.core.packet import ByteTotals, NodePool
 from bobox_sched.core.plan import Plan
 from bobox_sched.core.request import Request, RequestHandle
@@ -156,13 +156,15 @@ class Scheduler:
         one node); by default the policy places it. `parallelism` (an int, or a dict by
         region) runs the plan's parallel regions as that many channels, `ordering`
         overrides their mergers' strategies upward (``bobox_sched.regions.fission``).
-        Raises ValueError for an invalid plan (naming the operator) and
-        SchedulerShutdown after ``shutdown()``."""
+        Raises ValueError for an invalid plan (naming the operator), BoboxError for a
+        `parallelism` above ``limits.MAX_CHANNELS`` and SchedulerShutdown after
+        ``shutdown()``."""
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
         if self._closing:
             raise SchedulerShutdown("cannot submit: the scheduler is shut down")
         if parallelism is not None:
+            check_degree_cap(parallelism, "parallelism")  # named as the caller wrote it
             plan = extensions.plan_rewrite("parallelize")(plan, degree=parallelism, ordering=ordering)
         elif ordering is not None:
             raise ValueError("ordering= needs parallelism=")

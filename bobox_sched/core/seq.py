@@ -63,13 +63,20 @@ def attach(pkt, seq: np.ndarray) -> Packet:
 def derive(ctx, out, parent_pkt, parent) -> Packet:
     """`out` with ``__seq[i] = parent_pkt.__seq[parent[i]]`` when `parent_pkt` carries
     seqnos (inside a region); `out` unchanged otherwise. `parent` holds, for every row of
-    `out`, the index of the input row that caused it."""
+    `out`, the index of the input row that caused it.
+
+    Checked outside a region too (a type test and a length): with the two packets
+    swapped nothing there would show it, and the input would leave as the output."""
+    if not isinstance(parent_pkt, Packet):
+        raise TypeError(f"send_derived(port, packet, parent_pkt, parent): parent_pkt must be a Packet, "
+                        f"got {type(parent_pkt).__name__}")
+    if isinstance(out, Packet) and len(parent) != out.nrows:  # not a Packet: send's OperatorError
+        raise ValueError(f"send_derived: {len(parent)} parent indices for a packet of {out.nrows} rows "
+                         "(send_derived(port, packet, parent_pkt, parent): the output packet comes first)")
     src = parent_pkt.columns.get(SEQ)
     if src is None:
         return out
     parent = np.asarray(parent)
-    if len(parent) != out.nrows:
-        raise ValueError(f"send_derived: {len(parent)} parent indices for a packet of {out.nrows} rows")
     s = ctx.new_packet(SEQ_SPEC, out.nrows)[SEQ] if ctx is not None else np.empty(out.nrows, np.int64)
     if out.nrows:
         if parent.dtype != np.int64:

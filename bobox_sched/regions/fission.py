@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 
+from bobox_sched.core.limits import check_degree_cap
 from bobox_sched.core.operator import Operator
 from bobox_sched.core.plan import Plan
 from bobox_sched.regions import analysis as RG
@@ -86,7 +87,9 @@ def parallelize(plan: Plan, degree=2, *, ordering=None, epoch: int = DEFAULT_EPO
     a dict per region; only upward from the analysed one (``round_robin < seqno < strict
     < relaxed``). `epoch`: pulses every ``epoch * N`` packets (``epoch_unit="row"``: rows).
     `stats`: a dict the splitters and mergers fill with their figures at the end.
-    A region of degree 1 still gets its splitter and merger (N=1 is a real measurement)."""
+    A region of degree 1 still gets its splitter and merger (N=1 is a real measurement).
+    A degree above ``limits.MAX_CHANNELS`` raises BoboxError before anything is built."""
+    check_degree_cap(degree)
     rp = analysis if analysis is not None else RG.analyze(plan)
     if isinstance(degree, dict):
         degrees = _per_region(degree, rp, "degree", 1)

@@ -7,10 +7,13 @@ authors' scheme). After every ``interval`` events of an executor -- its events
 before has a smaller ts, every later event a larger or equal one, and the punctuations'
 timestamps grow. A batch therefore holds ``interval x T`` transactions (spec 1.7).
 
-Dealing is batch by batch (every executor's part of batch k, with its punctuation,
-before anyone's part of batch k+1): one outbox keeps the order of all outputs, so an
-executor that is waiting at batch k's barrier never holds back what another executor
-needs to reach that barrier.
+Dealing is in timestamp order, piece by piece (a piece: an executor's next events, at
+most a packet, never across its batch's end), hence batch by batch (every executor's
+part of batch k, with its punctuation, before anyone's part of batch k+1): one outbox
+keeps the order of all outputs, so an executor that is waiting at batch k's barrier
+never holds back what another executor needs to reach that barrier, and a baseline
+executor waiting for a smaller ts never holds back the packet that carries it (its own
+later events are dealt after it, whatever its input buffer holds).
 
 Flow control (dual mode): an instance waiting at a barrier keeps taking its input
 (``operator.py``), so the controller bounds what is in flight itself: it deals batch b
@@ -61,25 +64,33 @@ def deal(j0: int, n: int, counts: list, executors: int, interval: int, max_rows:
     pos = [executor_rows(t, T, j0, j0 + n) for t in range(T)]
     at = [0] * T
     while True:
-        live = [t for t in range(T) if at[t] < pos[t].size]
-        if not live:
+        # In timestamp order: the next piece is the one of the executor whose next event
+        # has the smallest ts (a stream position). Batches are contiguous ranges of
+        # positions, so this is batch by batch too (a packet need not start or end at a
+        # batch boundary: executor 0 may already be in batch k+1 while the others still
+        # owe rows of batch k, and a dealer gated at k+1 must first have dealt all of k).
+        # Within a batch it interleaves the executors' pieces instead of dealing one
+        # executor's whole share before the next one's: the baselines run a transaction
+        # only after every smaller ts (LOCK's and MVLK's counter, PAT's sequences), and
+        # one outbox keeps the dealing order, so an executor whose share is more packets
+        # than its input buffer holds would keep the next executor's smaller timestamps
+        # behind its own, waiting for them for ever.
+        t, first = -1, 0
+        for u in range(T):
+            if at[u] < pos[u].size and (t < 0 or pos[u][at[u]] < first):
+                t, first = u, pos[u][at[u]]
+        if t < 0:
             return
-        # Batch by batch: only the lowest batch any executor is still in, for every
-        # executor in it (a packet need not start or end at a batch boundary: executor
-        # 0 may already be in batch k+1 while the others still owe rows of batch k, and
-        # a dealer gated at k+1 must first have dealt all of k).
-        k = min(counts[t] // I for t in live)
-        for t in live:
-            while at[t] < pos[t].size and counts[t] // I == k:
-                c = counts[t]
-                room = I - (c % I)
-                if max_rows:
-                    room = min(room, max_rows)
-                take = pos[t][at[t]:at[t] + room]
-                c2 = c + take.size
-                yield t, take, k, (batch_punct_ts(k, I, T) if c2 % I == 0 else None)
-                at[t] += take.size
-                counts[t] = c2
+        c = counts[t]
+        k = c // I
+        room = I - (c % I)
+        if max_rows:
+            room = min(room, max_rows)
+        take = pos[t][at[t]:at[t] + room]
+        c2 = c + take.size
+        yield t, take, k, (batch_punct_ts(k, I, T) if c2 % I == 0 else None)
+        at[t] += take.size
+        counts[t] = c2
 
 
 class _Dealer(Operator):

@@ -64,9 +64,27 @@ def derive(ctx, parent, out: Packet, parents: np.ndarray | None = None) -> Packe
     return out
 
 
-def send_derived(ctx, port: str, parent, out: Packet, parents: np.ndarray | None = None) -> bool:
-    """Send `out` on `port`, carrying `parent`'s hidden columns (:func:`derive`). Returns
-    what ``ctx.send`` returns."""
+def send_derived(ctx, port: str, out: Packet, parent, parents: np.ndarray | None = None) -> bool:
+    """Send `out` on `port`, carrying the hidden columns of `parent`, the input packet
+    its rows came from (:func:`derive`: row j from row ``parents[j]``; with `parents`
+    None, from row j). The output packet comes first, as in ``ctx.send_derived(port,
+    packet, parent_pkt, parent)``. Returns what ``ctx.send`` returns.
+
+    Raises TypeError if `out` or `parent` is not a Packet, and ValueError if the parent
+    rows do not fit `out` (`parents` not one per row of `out`; without `parents`, `out`
+    and `parent` of different lengths): the signs of the two packets swapped, which
+    outside a region (no hidden column to carry) would send the input instead, silently.
+    Swapped packets of equal length (a 1:1 operator's) cannot be told apart."""
+    if not isinstance(out, Packet) or not isinstance(parent, Packet):
+        bad, what = (out, "out") if not isinstance(out, Packet) else (parent, "parent")
+        raise TypeError(f"send_derived(ctx, port, out, parent, parents): {what} must be a Packet, "
+                        f"got {type(bad).__name__}")
+    rows = parent.nrows if parents is None else len(parents)
+    if rows != out.nrows:
+        raise ValueError(f"send_derived(ctx, port, out, parent, parents): out has {out.nrows} rows but "
+                         + (f"parent {rows} (a 1:1 output without parents)" if parents is None else
+                            f"{rows} parent rows are given")
+                         + "; the output packet comes first, then the input it was derived from")
     for name in parent.columns:
         if name.startswith(HIDDEN):
             derive(ctx, parent, out, parents)

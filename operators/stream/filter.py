@@ -100,7 +100,7 @@ class Filter(StreamOperator):
             if m == n:
                 ctx.send("out", pkt)  # everything passed: the input as it is
             elif m:
-                send_derived(ctx, "out", pkt, out.head(m), parents[:m])
+                send_derived(ctx, "out", out.head(m), pkt, parents[:m])
             return
         if self.kernel is not None:
             keep = np.empty(n, np.bool_)
@@ -114,7 +114,7 @@ class Filter(StreamOperator):
         elif m:
             out = ctx.new_packet(spec, m)
             self._gather(parents, *[cols[c] for c in spec.names], *[out.columns[c] for c in spec.names], 0, m)
-            send_derived(ctx, "out", pkt, out, parents)
+            send_derived(ctx, "out", out, pkt, parents)
 
 
 _PARENTS = PacketSpec({"p": np.int64})

@@ -99,7 +99,7 @@ class FlatMap(StreamOperator):
                 oc[self.rank][:] = rank[a:b]
             if self.expand is not None:
                 self.expand(parents[a:b], rank[a:b], *args, *[oc[c] for c in self.new_names])
-            send_derived(ctx, "out", pkt, out, parents[a:b])
+            send_derived(ctx, "out", out, pkt, parents[a:b])
 
 
 __all__ = ["FlatMap"]

@@ -85,7 +85,7 @@ class Map(StreamOperator):
                 np.copyto(o, c(cols, n), casting="unsafe")
         out = {c: cols[c] for c in self.forward}
         out.update(new.columns)
-        send_derived(ctx, "out", pkt, Packet(out, n, new.node))
+        send_derived(ctx, "out", Packet(out, n, new.node), pkt)
 
 
 __all__ = ["Map"]

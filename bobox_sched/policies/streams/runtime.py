@@ -312,9 +312,9 @@ class StreamsBase(Policy):
         w.executed += 1
         ctx = w.cctx if conc else w.ctx
         prev_op = ctx.op
-        prev_port = ctx.port
+        prev_port = ctx.port_index
         ctx.op = op
-        ctx.port = j
+        ctx.port_index = j
         try:
             op._bx_idle = 1
             op.process(ctx)
@@ -328,7 +328,7 @@ class StreamsBase(Policy):
             # "Failures and the stack"): at the bottom of the stack a call may raise a
             # second RecursionError, which the enclosing execution would then handle.
             ctx.op = prev_op
-            ctx.port = prev_port
+            ctx.port_index = prev_port
             op._bx_finished = True
             nested = w.ctx.op is not None or w.cctx.op is not None
             if e.__class__ is _Unwind:
@@ -348,7 +348,7 @@ class StreamsBase(Policy):
             del e
             return
         ctx.op = prev_op
-        ctx.port = prev_port
+        ctx.port_index = prev_port
         if op._bx_finishing:
             if port.rec.once.acquire(False):
                 op._bx_finished = True

@@ -78,29 +78,37 @@ def ensure_recursion(depth_ops: int) -> None:
 
 class StreamsContext(Context):
     """The context of a thread of policy ``streams``: also says which input port is being
-    executed, ``ctx.port`` (its index in ``op.inputs``; -1 when the operator runs without
-    a tuple: a source, a ``reschedule()``). An operator with many inputs may read only
-    that port instead of polling all of them (the other ports' buffers are empty: each
-    execution hands the operator one tuple). Other policies' contexts have no ``port``."""
+    executed, ``ctx.port`` (its name, as the README documents and as ``on_packet``'s
+    `port` is under every policy; None when the operator runs without a tuple: a source,
+    a ``reschedule()``). An operator with many inputs may read only that port instead of
+    polling all of them (the other ports' buffers are empty: each execution hands the
+    operator one tuple). ``port_index`` is its index in ``op.inputs`` (-1: none), the one
+    store per tuple the runtime makes; the name is looked up only when asked for. Other
+    policies' ``ctx.port`` is None (``Context.port``)."""
 
-    __slots__ = ("port",)
+    __slots__ = ("port_index",)
 
     def __init__(self, worker, scheduler):
         super().__init__(worker, scheduler)
-        self.port = -1
+        self.port_index = -1
+
+    @property
+    def port(self) -> str | None:
+        j = self.port_index
+        return self.op.inputs[j] if j >= 0 and self.op is not None else None
 
 
 class PortContext(StreamsContext):
     """The context of an operator whose input ports run concurrently (declared
     ``max_parallelism > 1``): ``recv`` and ``has_input`` see only the port this thread is
-    executing (``port``), so two threads in one operator never take each other's
+    executing (``port_index``), so two threads in one operator never take each other's
     tuples. Operators without that declaration get a :class:`StreamsContext`."""
 
     __slots__ = ()
 
     def recv(self, port: str):
         op = self.op
-        if op._bx_inidx.get(port, -2) != self.port:
+        if op._bx_inidx.get(port, -2) != self.port_index:
             if port not in op._bx_inidx:
                 return super().recv(port)  # raises the unknown-port error
             return None
@@ -108,7 +116,7 @@ class PortContext(StreamsContext):
 
     def has_input(self, port: str) -> bool:
         op = self.op
-        if op._bx_inidx.get(port, -2) != self.port and port in op._bx_inidx:
+        if op._bx_inidx.get(port, -2) != self.port_index and port in op._bx_inidx:
             return False
         return super().has_input(port)
 
