@@ -6,7 +6,15 @@ immediate and deferred tasks, locality-ordered workers pinned per NUMA node, sle
 on per-thread semaphores, and a 100 ms balancer that migrates or shares requests.
 """
 
-from .errors import BoboxError, OperatorError, OperatorStalled, RequestCancelled, RequestFailed, SchedulerShutdown
+from .errors import (
+    BoboxError,
+    OperatorError,
+    OperatorStalled,
+    RequestCancelled,
+    RequestFailed,
+    SchedulerShutdown,
+    SchedulerWarning,
+)
 from .operator import Context, Operator, Sink, Source, StreamOperator
 from .packet import Packet
 from .plan import Plan
@@ -26,6 +34,7 @@ __all__ = [
     "RequestHandle",
     "Scheduler",
     "SchedulerShutdown",
+    "SchedulerWarning",
     "Sink",
     "Source",
     "StreamOperator",

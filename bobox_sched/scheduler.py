@@ -28,7 +28,7 @@ from topology import current_node, page_nodes
 from topology.memory import live_nodes
 
 from . import limits
-from .errors import BoboxError, SchedulerShutdown
+from .errors import BoboxError, SchedulerShutdown, SchedulerWarning
 from .limits import check_count, check_real
 from .packet import ByteTotals, NodePool
 from .plan import Plan
@@ -250,10 +250,12 @@ class Scheduler:
         return self.pools[node]
 
     # -- metrics -------------------------------------------------------------------------
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, category=SchedulerWarning) -> None:
+        """Warn once per distinct message (listed in ``stats()["warnings"]``): a
+        :class:`SchedulerWarning` by default, ``topology.PinningWarning`` for pinning."""
         if message not in self._warnings:
             self._warnings.append(message)
-            warnings.warn(message, _topology.PinningWarning, 2)
+            warnings.warn(message, category, 2)
 
     def _collect_request_stats(self, req: Request) -> dict:
         steps = [sum(row[k] for row in req.wsteps) for k in range(5)]

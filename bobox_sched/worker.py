@@ -79,7 +79,7 @@ class Worker:
                     warnings.simplefilter("always", PinningWarning)
                     self.pinned_mask = pin_to_cpus(self.cpus)
                 if caught:
-                    self.scheduler._warn(str(caught[0].message))
+                    self.scheduler._warn(str(caught[0].message), PinningWarning)
                 # Only real nodes have memory to prefer (a topology may be a captured or
                 # a virtual one).
                 if self.node_id is not None and numa_available() and self.node_id in live_nodes():
@@ -88,7 +88,7 @@ class Worker:
                 self.pinned_mask = current_mask()
         except Exception as e:  # noqa: BLE001 - see docstring
             self.pinned_mask = current_mask()
-            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}")
+            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}", PinningWarning)
 
     def _main(self) -> None:
         _current.worker = self
