@@ -12,8 +12,10 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from ops import SumSink
 from test_policy_bobox import make_topology
 
@@ -125,5 +127,105 @@ def test_runtime_warnings_are_scheduler_warnings_not_pinning_warnings(monkeypatc
     from bobox_sched import SchedulerWarning
 
     assert issubclass(w.category, SchedulerWarning)
+
+
+# -- 5. a policy whose next_task keeps raising -------------------------------------------
+
+
+class FakeClock:
+    """The worker's back-off sleep, without sleeping: time moves by what it sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list = []
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def run_worker(monkeypatch, next_task, task_stats=True, stopping=lambda: False):
+    """Run a worker's loop (on its own thread, as in a scheduler) over a stub policy;
+    returns the warnings it gave."""
+    from bobox_sched import worker as worker_mod
+
+    warned = []
+
+    class Sched:
+        _locality_sampler = None
+        policy = SimpleNamespace(name="stub", next_task=next_task, run_task=lambda w, op: None)
+
+        def __init__(self):
+            self.task_stats = task_stats
+
+        @property
+        def _stopping(self):
+            return stopping()
+
+        def _warn(self, message, category=None):
+            warned.append(message)
+
+    w = worker_mod.Worker(Sched(), 0)
+    t = threading.Thread(target=w._main)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the worker loop did not end"
+    return warned
+
+
+@pytest.mark.parametrize("task_stats", [True, False])
+def test_a_failing_next_task_backs_off_exponentially_and_warns_once(monkeypatch, task_stats):
+    from bobox_sched import worker as worker_mod
+
+    clock = FakeClock()
+    monkeypatch.setattr(worker_mod, "_sleep", clock.sleep, raising=False)
+    calls = []
+
+    def next_task(w):
+        calls.append(clock.now)
+        if clock.now >= 1.0 or len(calls) >= 1000:  # 1000: ends the old loop, which never sleeps
+            return None
+        raise RuntimeError("policy bug")
+
+    warned = run_worker(monkeypatch, next_task, task_stats)
+    # 1, 2, 4, ..., 64 ms, then 100 ms steps: one second of failures is 17 calls, not a spin
+    assert len(calls) <= 20, f"{len(calls)} next_task calls in {clock.now:.3f} s of back-off"
+    assert clock.sleeps[:8] == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1])
+    assert max(clock.sleeps) == pytest.approx(0.1)
+    assert len(warned) == 1 and "policy bug" in warned[0]
+
+
+def test_the_back_off_starts_again_after_a_task(monkeypatch):
+    from bobox_sched import worker as worker_mod
+
+    clock = FakeClock()
+    monkeypatch.setattr(worker_mod, "_sleep", clock.sleep, raising=False)
+    script = iter(["raise", "raise", "raise", "task", "raise", "raise"])
+    op = SimpleNamespace(_bx_req=SimpleNamespace(wsteps=[[0] * 6]))
+
+    def next_task(w):
+        step = next(script, None)
+        if step == "raise":
+            raise RuntimeError("transient")
+        return op if step == "task" else None
+
+    run_worker(monkeypatch, next_task)
+    assert clock.sleeps == pytest.approx([0.001, 0.002, 0.004, 0.001, 0.002])
+
+
+def test_a_worker_whose_next_task_raises_while_stopping_exits(monkeypatch):
+    from bobox_sched import worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "_sleep", FakeClock().sleep, raising=False)
+    calls = []
+
+    def next_task(w):
+        calls.append(1)
+        if len(calls) >= 1000:
+            return None
+        raise RuntimeError("broken policy")
+
+    run_worker(monkeypatch, next_task, stopping=lambda: len(calls) >= 5)
+    assert len(calls) == 5, "the worker went on calling a failing next_task after the scheduler stopped"
 
 
