@@ -10,12 +10,22 @@ Shutdown protocol:
 1. ``shutdown()`` sets ``_closing`` under ``_lock``: ``submit`` refuses from then on.
    With ``cancel=True`` every active request is cancelled.
 2. When the last active request ends (or at once if none is active) ``_stopping`` is
-   set and every sleeping worker is woken; a worker that finds no task and sees
-   ``_stopping`` exits (tasks of ended requests are dropped, never run).
-3. ``shutdown(wait=True)`` joins the workers and the policy's background threads.
+   set under ``_lock``, and whoever set it (``shutdown``'s caller, or the thread that
+   ended the last request) calls ``_stop_threads``: every sleeping worker is woken, every
+   background thread (the policy's, the timer thread) is told to end, and ``_ended`` is
+   set. A worker that finds no task and sees ``_stopping`` exits (tasks of ended
+   requests are dropped, never run). Background threads are told only then, with or
+   without ``wait``: the running requests need them until they end (a timer's
+   ``ctx.reschedule(delay)``, a source's own thread).
+3. ``shutdown(wait=True)`` waits for ``_ended``, then joins the workers and the
+   background threads. Called on one of the scheduler's own threads (a request's done
+   callback) it cannot wait for requests that thread may have to run, so it returns
+   like ``wait=False``: the threads end when the last request does.
 
 ``_active`` (the running requests) is guarded by ``_lock``; workers read its size
-without the lock only to decide that the balancer may idle.
+without the lock only to decide that the balancer may idle. ``_stop_threads`` may run
+more than once (shutdown and the last request's end can race); every step of it is
+idempotent.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from topology import current_node, page_nodes
 from topology.memory import live_nodes
 
 from . import limits
+from .lifecycle import ThreadGroup
 from .errors import BoboxError, SchedulerShutdown, SchedulerWarning
 from .limits import check_count, check_real
 from .packet import ByteTotals, NodePool
@@ -140,9 +151,11 @@ class Scheduler:
         self._next_id = 0
         self._closing = False
         self._stopping = False
+        self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
         self.requests_done = 0
-        self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
+        self._thread_group = ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
+        self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
         for w in self.workers:
@@ -209,11 +222,23 @@ class Scheduler:
             if stop:
                 self._stopping = True
         if stop:
-            self.policy.wake_all()
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
+        """Every request ended and none can start (``_stopping``): wake the workers so
+        that they exit and tell every background thread to end, joining none (module
+        doc, step 2). Idempotent."""
+        self.policy.wake_all()
+        self.policy.stop(wait=False)
+        self.timers.stop(wait=False)
+        self._ended.set()
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
-        """Refuse new requests; let running ones finish (or cancel them) and stop the
-        workers. With `wait`, return once every worker has exited."""
+        """Refuse new requests; let running ones finish (or cancel them); then every
+        thread of the scheduler ends. With `wait`, return once the requests ended and
+        the threads exited; without, return at once (the threads end by themselves).
+        On one of the scheduler's own threads (a done callback) `wait` is ignored: it
+        could wait for itself."""
         with self._lock:
             self._closing = True
             active = list(self._active.values())
@@ -223,11 +248,13 @@ class Scheduler:
             for r in active:
                 r.cancel()
         if self._stopping:
-            self.policy.wake_all()
-        if wait:
+            self._stop_threads()
+        if wait and not self._thread_group.owns_current_thread():
+            # A model without workers (streams' manual, dedicated) has none to join that
+            # would wait for the requests.
+            self._ended.wait()
             for w in self.workers:
-                if w.thread is not threading.current_thread():
-                    w.thread.join()
+                w.thread.join()
             self.policy.stop()
             self.timers.stop()
 

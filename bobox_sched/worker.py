@@ -30,6 +30,7 @@ from collections import deque
 from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, prefer_node
 from topology.memory import live_nodes
 
+from .lifecycle import RuntimeThread
 from .operator import Context
 
 # Back-off of a worker whose policy's next_task raised (module doc). The first retry waits
@@ -76,10 +77,10 @@ class Worker:
         self.loc_samples = 0
         self.loc_pages = 0
         self.loc_local = 0
-        self.thread = threading.Thread(
-            target=self._main,
-            name=f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
-            daemon=True,
+        self.thread = RuntimeThread(
+            self._main,
+            f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
+            group=getattr(scheduler, "_thread_group", None),
         )
 
     def start(self) -> None:

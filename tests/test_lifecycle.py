@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from ops import SumSink
+from ops import CountSink, SumSink
 from test_policy_bobox import make_topology
 
-from bobox_sched import Plan, Scheduler, Source
+from bobox_sched import Operator, Plan, Scheduler, Source
 
 REPO = Path(__file__).resolve().parent.parent
 # The process-wide thread that stops the schedulers nobody shut down (lifecycle.py); it
@@ -100,6 +100,60 @@ def started_scheduler(config: str):
     threads = new_threads(before)
     assert any(t.name == "bobox-timers" for t in threads), "the ticker did not start the timer thread"
     return s, threads
+
+
+# -- 2. shutdown(wait=False) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_shutdown_without_wait_still_ends_every_thread(config):
+    s, threads = started_scheduler(config)
+    try:
+        s.shutdown(wait=False)
+        assert wait_for(lambda: not running(threads)), f"still running after shutdown(wait=False): {running(threads)}"
+    finally:
+        s.shutdown()  # (s stays referenced until here: only shutdown may have stopped its threads)
+
+
+def test_shutdown_waits_for_running_requests_of_a_model_without_workers():
+    """streams' manual model has no worker to join: shutdown(wait=True) must still wait
+    for the running request (it joined the source's thread for at most 5 s)."""
+    s = Scheduler(policy="streams", model="manual", pin=False)
+    gate = threading.Event()
+    p = Plan("gated")
+    p.add("src", Gated, gate)
+    p.add("sink", CountSink)
+    p.chain("src", "sink")
+    h = s.submit(p)
+    stopper = threading.Thread(target=s.shutdown)
+    stopper.start()
+    try:
+        stopper.join(6.0)  # longer than the old code's 5 s join of the source's thread
+        assert stopper.is_alive(), "shutdown() returned while a request was still running"
+    finally:
+        gate.set()
+        stopper.join(60)
+    assert h.done() and h.result() == {"packets": 1, "rows": 1}
+
+
+class Gated(Operator):
+    """A source that waits for `gate`, sends one row and finishes."""
+
+    outputs = ("out",)
+
+    def __init__(self, gate, entered=None):
+        self.gate = gate
+        self.entered = entered
+
+    def process(self, ctx):
+        if self.entered is not None:
+            self.entered.set()
+        self.gate.wait(60)
+        p = ctx.new_packet({"x": np.int64}, 1)
+        p["x"][:] = 1
+        ctx.send("out", p)
+        ctx.close()
+        ctx.finish()
 
 
 # -- 4. runtime warnings -----------------------------------------------------------------

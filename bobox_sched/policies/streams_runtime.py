@@ -243,8 +243,10 @@ class StreamsBase(Policy):
     def wake_all(self) -> None:
         self.g_ports_closed = True
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         self.g_shutdown = True
+        if not wait:
+            return  # their requests ended: they end by themselves
         with self._threads_lock:
             threads = list(self.op_threads)
         me = threading.current_thread()

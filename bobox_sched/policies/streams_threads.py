@@ -35,6 +35,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from ..lifecycle import RuntimeThread
 from ..operator import Context
 from ..worker import Worker
 
@@ -201,7 +202,7 @@ class OpThread:
         self.reschedules = 0
         self.loc_seen = self.loc_samples = self.loc_pages = self.loc_local = 0
         self.deep = deep
-        self.thread = threading.Thread(target=target, args=(self, *args), name=name, daemon=True)
+        self.thread = RuntimeThread(target, name, (self, *args), group=getattr(scheduler, "_thread_group", None))
 
     def start(self) -> None:
         if self.deep:
