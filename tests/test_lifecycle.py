@@ -156,6 +156,36 @@ class Gated(Operator):
         ctx.finish()
 
 
+# -- 3. operator threads that do not end at shutdown -------------------------------------
+
+
+def test_shutdown_warns_naming_an_operator_thread_that_does_not_end(monkeypatch):
+    from bobox_sched.policies import streams_runtime
+
+    monkeypatch.setattr(streams_runtime, "OP_THREAD_JOIN_S", 0.05, raising=False)
+    entered, gate = threading.Event(), threading.Event()
+    s = Scheduler(policy="streams", model="manual", pin=False)
+    p = Plan("stuck")
+    p.add("src", Gated, gate, entered)
+    p.add("sink", CountSink)
+    p.chain("src", "sink")
+    s.submit(p)
+    try:
+        assert entered.wait(30)
+        with pytest.warns(RuntimeWarning, match=r"thread 'bobox-streams-src\d+-src'") as rec:
+            s.shutdown(cancel=True)  # the source's process() is still waiting for the gate
+    finally:
+        gate.set()
+        s.shutdown()
+    from bobox_sched import SchedulerWarning
+
+    assert [w.category for w in rec if "bobox-streams-src" in str(w.message)] == [SchedulerWarning]
+    stuck = [t for t in threading.enumerate() if t.name.startswith("bobox-streams-src")]
+    for t in stuck:
+        t.join(30)
+    assert running(stuck) == []
+
+
 # -- 4. runtime warnings -----------------------------------------------------------------
 
 

@@ -54,6 +54,10 @@ Protocol (who may touch what, when):
   thread's outermost execution, or its source loop, fails the request with the error.
 * Port records are registered in ``place`` (before the request's sources start) and
   retired in ``request_done``.
+* ``stop`` runs once every request ended (the scheduler's ``_stop_threads``, any thread):
+  it sets ``g_shutdown``; with ``wait`` (``shutdown(wait=True)``'s thread) it also joins
+  each operator thread, for at most ``OP_THREAD_JOIN_S``, and names one still running
+  in a SchedulerWarning: nothing is given up on silently.
 """
 
 from __future__ import annotations
@@ -76,6 +80,14 @@ MODELS = ("dynamic", "manual", "dedicated")
 # (measured with sys.setprofile, 3.11, all three models), plus the request's done
 # callbacks, which run inside it.
 FAIL_RESERVE = 100
+
+# How long shutdown(wait=True) waits for each operator thread (a source's, a dedicated
+# port's) once every request ended. Such a thread ends at once then (its wake event is
+# set, a STOP marker is queued) unless it is stuck in operator code (a process() that does
+# not return), which the scheduler cannot interrupt: it is left running and named in a
+# SchedulerWarning. 5 s: far above the milliseconds an ending thread takes, short enough
+# for someone waiting on shutdown.
+OP_THREAD_JOIN_S = 5.0
 
 
 class _Unwind(BaseException):
@@ -251,8 +263,14 @@ class StreamsBase(Policy):
             threads = list(self.op_threads)
         me = threading.current_thread()
         for t in threads:
-            if t.thread is not me and t.thread.ident is not None:
-                t.thread.join(timeout=5.0)  # their requests ended: they exit at once
+            th = t.thread
+            if th is me or th.ident is None:
+                continue
+            th.join(OP_THREAD_JOIN_S)  # their requests ended: they exit at once, unless stuck
+            if th.is_alive():
+                self.scheduler._warn(
+                    f"shutdown: thread {th.name!r} did not end within {OP_THREAD_JOIN_S:g} s of its request's end; "
+                    "it is stuck in an operator's code (a process() that does not return) and is left running")
 
     def _op_thread_done(self, w) -> None:
         with self._threads_lock:
@@ -483,4 +501,4 @@ def _longest_path(ops) -> int:
     return max(memo.values(), default=1)
 
 
-__all__ = ["FAIL_RESERVE", "MODELS", "RERUN", "StreamsBase"]
+__all__ = ["FAIL_RESERVE", "MODELS", "OP_THREAD_JOIN_S", "RERUN", "StreamsBase"]
