@@ -1,18 +1,67 @@
-"""The threads of a scheduler: how they are made and told apart.
+"""How a scheduler's threads end, as those of ``concurrent.futures`` executors do: at
+``shutdown()``, when the Scheduler is dropped without it, and at interpreter exit.
 
-Every thread the runtime starts (workers, the timer thread, the balancer, the elastic
-controller, ``streams``' source and port threads) is a :class:`RuntimeThread` of its
-scheduler's :class:`ThreadGroup`. The group tells the scheduler whether the calling
-thread is one of its own: ``shutdown(wait=True)`` on such a thread (a request's done
-callback) cannot wait for the requests that thread would run.
+* :class:`~bobox_sched.scheduler.Scheduler`, what users hold, is a handle on the runtime,
+  :class:`~bobox_sched.scheduler.SchedulerCore`. The runtime's threads, its policy, its
+  requests and the operators' ``ctx.scheduler`` hold the core, never the handle, so a
+  handle nobody references is collected even while the threads run. Its
+  ``weakref.finalize`` callback (``_abandoned``) then has the core shut down
+  (``shutdown(wait=False)``): new requests are refused, running ones finish (a
+  ``RequestHandle`` the user kept still gets its result), then every thread ends, and
+  the core is freed with the last of them.
+* At interpreter exit, ``_at_exit`` (registered with ``threading._register_atexit``, as
+  ``concurrent.futures.thread`` does: it runs before the interpreter joins non-daemon
+  threads, where an ``atexit`` hook would run after) shuts down every core not yet
+  collected, without waiting. Runtime threads are not daemons, so the interpreter then
+  joins them: the requests that were running finish first and no operator is killed in
+  the middle of a call (a daemon thread is frozen wherever it is, its output half
+  written). A request that never ends (an unbounded source) therefore keeps the
+  interpreter from exiting, as an endless task does in a ThreadPoolExecutor: cancel it,
+  or use ``with Scheduler() as s`` (an exception in the block cancels). No scheduler can
+  be created after the hook ran.
+* Every thread the runtime starts (workers, the timer thread, the balancer, the elastic
+  controller, ``streams``' source and port threads) is a :class:`RuntimeThread` of its
+  scheduler's :class:`ThreadGroup`, which tells the scheduler whether the calling thread
+  is one of its own (``shutdown(wait=True)`` on such a thread cannot wait for the
+  requests that thread would run).
 
-Protocol: a RuntimeThread's group is set when it is made and never changes; the group
-holds no reference to its threads or its scheduler (a thread may outlive both).
+Protocol (who touches what, when):
+
+* The finalizer callback runs on whichever thread drops the handle or runs the garbage
+  collector, at any bytecode boundary: since 3.12 that may be inside someone's ``with
+  lock:``, one of the runtime's locks included. So it takes no lock and waits for
+  nothing: it puts the core in ``_reap_q``, a ``queue.SimpleQueue`` (its ``put`` is
+  reentrant: made for finalizers) and returns. The shutdown itself, which takes the
+  runtime's locks, runs on the *reaper*, one thread per process (``bobox-reaper``, not a
+  daemon), started with the first scheduler and ended by ``_at_exit`` (a None in the
+  queue).
+* ``_live`` (a WeakSet of the cores not yet collected), ``_reaper`` and ``_exiting`` are
+  guarded by ``_lock``, taken by ``adopt`` (a scheduler being created) and ``_at_exit``
+  only. In a child process made by ``fork`` they start afresh (the parent's schedulers'
+  threads do not exist there), as ``concurrent.futures`` does.
+* ``SchedulerCore.shutdown(wait=False)`` may run on the reaper, the exit hook and the
+  user's thread at once: each of its steps is idempotent.
+* A :class:`RuntimeThread`'s group is set when it is made and never changes; a group
+  holds no reference to its threads or its scheduler (a thread may outlive both).
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
+import traceback
+import weakref
+
+from .errors import SchedulerShutdown
+
+REAPER_NAME = "bobox-reaper"
+
+_lock = threading.Lock()
+_live: weakref.WeakSet = weakref.WeakSet()
+_exiting = False
+_reaper: threading.Thread | None = None
+_reap_q: queue.SimpleQueue = queue.SimpleQueue()
 
 
 class ThreadGroup:
@@ -24,11 +73,77 @@ class ThreadGroup:
 
 
 class RuntimeThread(threading.Thread):
-    """A thread of the runtime, of `group` (None: of no scheduler)."""
+    """A thread of the runtime, of `group` (None: of no scheduler). Not a daemon: the
+    exit hook stops it, and the interpreter joins it (module doc)."""
 
     def __init__(self, target, name: str, args=(), group: ThreadGroup | None = None):
-        super().__init__(target=target, name=name, args=args, daemon=True)
+        super().__init__(target=target, name=name, args=args, daemon=False)
         self._bx_group = group
 
 
-__all__ = ["RuntimeThread", "ThreadGroup"]
+def adopt(core) -> None:
+    """`core` is about to start its threads: shut it down at interpreter exit. Raises
+    SchedulerShutdown once the interpreter is exiting."""
+    global _reaper
+    with _lock:
+        if _exiting:
+            raise SchedulerShutdown("cannot start a scheduler: the interpreter is exiting")
+        _live.add(core)
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap, name=REAPER_NAME, daemon=False)
+            _reaper.start()
+
+
+def shut_down_when_collected(handle, core) -> weakref.finalize:
+    """Shut `core` down (without waiting) once `handle`, which holds it, is collected."""
+    fin = weakref.finalize(handle, _abandoned, core)
+    fin.atexit = False  # at exit, _at_exit has shut every core down already
+    return fin
+
+
+def _abandoned(core) -> None:
+    """The finalizer of a collected Scheduler: no lock, no wait (module doc)."""
+    _reap_q.put(core)
+
+
+def _reap() -> None:
+    while True:
+        core = _reap_q.get()
+        if core is None:
+            return
+        try:
+            core.shutdown(wait=False)
+        except BaseException:  # noqa: BLE001 - the reaper serves every scheduler: never die
+            traceback.print_exc()
+        core = None  # do not hold it while waiting for the next one
+
+
+def _at_exit() -> None:
+    global _exiting
+    with _lock:
+        _exiting = True
+        cores = list(_live)
+    for core in cores:
+        try:
+            core.shutdown(wait=False)
+        except BaseException:  # noqa: BLE001 - stop the others anyway
+            traceback.print_exc()
+    del cores
+    _reap_q.put(None)
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _live, _exiting, _reaper, _reap_q
+    _lock = threading.Lock()
+    _live = weakref.WeakSet()
+    _exiting = False
+    _reaper = None
+    _reap_q = queue.SimpleQueue()
+
+
+threading._register_atexit(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__ = ["REAPER_NAME", "RuntimeThread", "ThreadGroup", "adopt", "shut_down_when_collected"]

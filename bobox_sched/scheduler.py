@@ -30,6 +30,7 @@ idempotent.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 
@@ -37,6 +38,7 @@ import topology as _topology
 from topology import current_node, page_nodes
 from topology.memory import live_nodes
 
+from . import lifecycle as _lifecycle
 from . import limits
 from .lifecycle import ThreadGroup
 from .errors import BoboxError, SchedulerShutdown, SchedulerWarning
@@ -92,7 +94,66 @@ class Scheduler:
         ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
         ``streams``: ``threads=8`` or ``elastic=True, min_level=1``; see their modules);
         a policy without options refuses them.
+
+    Lifecycle, as a ``concurrent.futures`` executor's: ``shutdown()`` (or leaving a
+    ``with`` block) ends it. A Scheduler dropped without ``shutdown()`` is shut down when
+    it is collected: new requests are refused, the running ones finish (their handles
+    still answer), then its threads end. At interpreter exit every scheduler is shut
+    down the same way, and the interpreter waits for the requests still running
+    (``bobox_sched/lifecycle.py``).
+
+    The object is a handle on a :class:`SchedulerCore`, the runtime its threads use;
+    every other attribute (``policy``, ``workers``, ``topology``, ...) is the core's.
     """
+
+    __slots__ = ("_core", "_finalizer", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        core = SchedulerCore(*args, **kwargs)
+        object.__setattr__(self, "_core", core)
+        object.__setattr__(self, "_finalizer", _lifecycle.shut_down_when_collected(self, core))
+
+    def __getattr__(self, name):
+        if name in Scheduler.__slots__:  # not set: __init__ raised
+            raise AttributeError(name)
+        return getattr(self._core, name)
+
+    def __setattr__(self, name, value) -> None:
+        setattr(self._core, name, value)
+
+    def __delattr__(self, name) -> None:
+        delattr(self._core, name)
+
+    def submit(self, plan: Plan, node: int | None = None, parallelism=None, ordering=None) -> RequestHandle:
+        return self._core.submit(plan, node, parallelism, ordering)
+
+    def map(self, plans, timeout: float | None = None) -> list:
+        return self._core.map(plans, timeout)
+
+    def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
+        self._core.shutdown(wait, cancel)
+
+    def stats(self) -> dict:
+        return self._core.stats()
+
+    def reset_peak(self) -> None:
+        self._core.reset_peak()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._core.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<Scheduler policy={self._core.policy.name!r} workers={len(self._core.workers)}>"
+
+
+class SchedulerCore:
+    """The runtime behind a :class:`Scheduler` (same parameters and methods): what its
+    threads, its policy, its requests and the operators' ``ctx.scheduler`` hold, so that
+    the Scheduler the user holds can be collected, and shut the core down
+    (``bobox_sched/lifecycle.py``). ``Scheduler(...)`` makes one; nothing else should."""
 
     def __init__(
         self,
@@ -132,7 +193,7 @@ class Scheduler:
             cpus = max(len(n.cpus) for n in self.topology.cpu_nodes)
             if threads_per_node > cpus:
                 warnings.warn(f"{threads_per_node} worker threads per node exceed the {cpus} CPUs of the largest "
-                              "node: workers will share CPUs", OversubscriptionWarning, 2)
+                              "node: workers will share CPUs", OversubscriptionWarning, 3)
         self.packet_bytes = packet_bytes or policy_cls.default_packet_bytes(self.topology)
         self.buffer_packets = buffer_packets
         self.memory = memory
@@ -158,6 +219,7 @@ class Scheduler:
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
+        _lifecycle.adopt(self)  # shut down at interpreter exit (SchedulerShutdown once exiting)
         for w in self.workers:
             w.start()
         self.policy.start()
@@ -258,7 +320,7 @@ class Scheduler:
             self.policy.stop()
             self.timers.stop()
 
-    def __enter__(self) -> "Scheduler":
+    def __enter__(self) -> "SchedulerCore":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -400,4 +462,9 @@ class _LocalitySampler:
         worker.loc_local += int((pages == here).sum())
 
 
-__all__ = ["OversubscriptionWarning", "Scheduler"]
+for _name in ("submit", "map", "shutdown", "stats", "reset_peak"):
+    getattr(Scheduler, _name).__doc__ = getattr(SchedulerCore, _name).__doc__
+Scheduler.__init__.__signature__ = inspect.signature(SchedulerCore.__init__)
+del _name
+
+__all__ = ["OversubscriptionWarning", "Scheduler", "SchedulerCore"]

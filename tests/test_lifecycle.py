@@ -7,10 +7,15 @@ backs off; runtime warnings are not pinning warnings.
 
 Waits are bounded waits on a condition (``wait_for``), never a sleep and a look."""
 
+import gc
 import itertools
+import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -100,6 +105,35 @@ def started_scheduler(config: str):
     threads = new_threads(before)
     assert any(t.name == "bobox-timers" for t in threads), "the ticker did not start the timer thread"
     return s, threads
+
+
+# -- 1. a Scheduler dropped without shutdown() ---------------------------------------------
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_dropped_scheduler_is_collected_and_its_threads_end(config):
+    s, threads = started_scheduler(config)
+    ref = weakref.ref(s)
+    policy = weakref.ref(s.policy)
+    del s
+    gc.collect()
+    assert ref() is None, "the Scheduler outlived its last reference"
+    assert wait_for(lambda: not running(threads)), f"threads of a dropped scheduler still run: {running(threads)}"
+    # and the runtime behind it is freed once its threads are gone
+    assert wait_for(lambda: gc.collect() is not None and policy() is None), "the dropped scheduler's policy leaked"
+
+
+def test_a_dropped_scheduler_finishes_the_requests_whose_handles_are_held():
+    """As an executor's pending futures: dropping the Scheduler refuses new requests
+    but lets the running ones finish."""
+    before = set(threading.enumerate())
+    s = Scheduler(policy="simple", threads_per_node=1, pin=False)
+    h = s.submit(ticker_plan(20, 0.005))
+    del s
+    gc.collect()
+    assert h.result(60) == sum(range(20))
+    threads = new_threads(before)
+    assert wait_for(lambda: not running(threads)), f"still running: {running(threads)}"
 
 
 # -- 2. shutdown(wait=False) --------------------------------------------------------------
@@ -313,3 +347,70 @@ def test_a_worker_whose_next_task_raises_while_stopping_exits(monkeypatch):
     assert len(calls) == 5, "the worker went on calling a failing next_task after the scheduler stopped"
 
 
+# -- 7. threads are not daemons; the interpreter still exits ------------------------------
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_runtime_threads_are_not_daemons(config):
+    s, threads = started_scheduler(config)
+    try:
+        assert [t.name for t in threads if t.daemon] == []
+    finally:
+        s.shutdown()
+
+
+EXIT_SCRIPT = """
+import numpy as np
+from bobox_sched import Plan, Scheduler, Source, StreamOperator
+
+class Ticker(Source):
+    def __init__(self, n, delay):
+        self.n, self.delay, self.i = n, delay, 0
+
+    def process(self, ctx):
+        if self.i >= self.n:
+            ctx.close()
+            ctx.finish()
+            return
+        p = ctx.new_packet({"x": np.int64}, 1)
+        p["x"][:] = self.i
+        self.i += 1
+        ctx.send("out", p)
+        ctx.reschedule(self.delay)
+
+class Report(StreamOperator):
+    outputs = ()
+
+    def __init__(self):
+        self.total = 0
+
+    def on_packet(self, ctx, port, pkt):
+        self.total += int(pkt["x"].sum())
+
+    def on_end(self, ctx):
+        print("request done:", self.total, flush=True)
+
+idle = Scheduler(pin=False, **OPTIONS)  # never used, never shut down
+s = Scheduler(pin=False, **OPTIONS)
+p = Plan("at-exit")
+p.add("src", Ticker, 20, 0.01)
+p.add("sink", Report)
+p.chain("src", "sink")
+s.submit(p)  # not waited for, not shut down
+print("main done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("options", [dict(policy="bobox"), dict(policy="simple"), dict(policy="ordered"),
+                                     dict(policy="streams", threads=2), dict(policy="streams", model="manual")],
+                         ids=["bobox", "simple", "ordered", "streams", "streams-manual"])
+def test_a_script_that_never_shuts_down_exits_after_its_requests(options):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    try:
+        out = subprocess.run([sys.executable, "-c", f"OPTIONS = {options!r}\n" + EXIT_SCRIPT], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the interpreter did not exit: {e.stdout!r} {e.stderr!r}")
+    assert out.returncode == 0, out.stderr
+    # As an executor's pending work: the request submitted before exit completed.
+    assert out.stdout.splitlines() == ["main done", f"request done: {sum(range(20))}"], (out.stdout, out.stderr)
