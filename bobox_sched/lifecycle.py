@@ -23,7 +23,9 @@
   controller, ``streams``' source and port threads) is a :class:`RuntimeThread` of its
   scheduler's :class:`ThreadGroup`, which tells the scheduler whether the calling thread
   is one of its own (``shutdown(wait=True)`` on such a thread cannot wait for the
-  requests that thread would run).
+  requests that thread would run) and counts the threads that run, so that what a
+  scheduler changed for the whole process (``streams``' recursion limit) is given back
+  when its last thread ended, whichever way it was shut down (``when_quiet``).
 
 Protocol (who touches what, when):
 
@@ -43,6 +45,16 @@ Protocol (who touches what, when):
   user's thread at once: each of its steps is idempotent.
 * A :class:`RuntimeThread`'s group is set when it is made and never changes; a group
   holds no reference to its threads or its scheduler (a thread may outlive both).
+* ``ThreadGroup._running``, ``_stopping``, ``_quiet`` and ``_callbacks`` are guarded by the
+  group's ``_lock``. A thread is counted by whoever starts it, before ``Thread.start``
+  (and uncounted if the start fails), and uncounted by itself as the last step of its
+  ``run``, so the count never reads 0 while a thread of the group runs its target.
+  ``stopping()`` is called once the scheduler starts no more threads (every request
+  ended, none can start: ``SchedulerCore._stop_threads``). The ``when_quiet`` callbacks
+  run once, with no lock held, when the group is stopping and none of its threads runs:
+  on the last thread to end (inside its ``run``: before a join of it returns) or on the
+  thread that calls ``stopping()`` when none runs; one added once the group is quiet
+  runs at once. Never taken from a finalizer.
 """
 
 from __future__ import annotations
@@ -67,18 +79,80 @@ _reap_q: queue.SimpleQueue = queue.SimpleQueue()
 class ThreadGroup:
     """The runtime threads of one scheduler (module doc)."""
 
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._stopping = False
+        self._quiet = False
+        self._callbacks: list = []
+
     def owns_current_thread(self) -> bool:
         """Whether the calling thread is one of this group's."""
         return getattr(threading.current_thread(), "_bx_group", None) is self
 
+    def stopping(self) -> None:
+        """No thread of the group will be started any more. Idempotent."""
+        with self._lock:
+            self._stopping = True
+            callbacks = self._take_callbacks()
+        for fn in callbacks:
+            fn()
+
+    def when_quiet(self, fn) -> None:
+        """Call ``fn()`` once the group is stopping and none of its threads runs."""
+        with self._lock:
+            if not self._quiet:
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def _started(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+            callbacks = self._take_callbacks()
+        for fn in callbacks:
+            fn()
+
+    def _take_callbacks(self) -> list:
+        """Lock held: the callbacks to run now, if the group just became quiet."""
+        if self._stopping and self._running == 0 and not self._quiet:
+            self._quiet = True
+            callbacks, self._callbacks = self._callbacks, []
+            return callbacks
+        return []
+
 
 class RuntimeThread(threading.Thread):
-    """A thread of the runtime, of `group` (None: of no scheduler). Not a daemon: the
-    exit hook stops it, and the interpreter joins it (module doc)."""
+    """A thread of the runtime, counted by `group` while it runs (None: of no
+    scheduler). Not a daemon: the exit hook stops it, and the interpreter joins it
+    (module doc)."""
 
     def __init__(self, target, name: str, args=(), group: ThreadGroup | None = None):
         super().__init__(target=target, name=name, args=args, daemon=False)
         self._bx_group = group
+
+    def start(self) -> None:
+        group = self._bx_group
+        if group is None:
+            super().start()
+            return
+        group._started()
+        try:
+            super().start()
+        except BaseException:
+            group._ended()
+            raise
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            if self._bx_group is not None:
+                self._bx_group._ended()
 
 
 def adopt(core) -> None:

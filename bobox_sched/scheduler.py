@@ -293,6 +293,7 @@ class SchedulerCore:
         self.policy.wake_all()
         self.policy.stop(wait=False)
         self.timers.stop(wait=False)
+        self._thread_group.stopping()  # no thread starts from now on (lifecycle.py)
         self._ended.set()
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:

@@ -347,6 +347,89 @@ def test_a_worker_whose_next_task_raises_while_stopping_exits(monkeypatch):
     assert len(calls) == 5, "the worker went on calling a failing next_task after the scheduler stopped"
 
 
+# -- 6. process-wide settings ------------------------------------------------------------
+
+
+def stack_size() -> int:
+    """``threading.stack_size()`` without changing it (called with no argument it sets the
+    size back to 0, the platform's default, and returns the old one)."""
+    size = threading.stack_size()
+    threading.stack_size(size)
+    return size
+
+
+def deep_plan(depth: int = 40) -> Plan:
+    from ops import Double
+
+    p = Plan("deep")
+    p.add("src", Ticker, 3, 0.001)
+    names = ["src"]
+    for i in range(depth):
+        p.add(f"d{i}", Double)
+        names.append(f"d{i}")
+    p.add("sink", SumSink)
+    p.chain(*names, "sink")
+    return p
+
+
+@pytest.mark.parametrize("how", ["wait", "no-wait", "dropped"])
+def test_streams_gives_the_recursion_limit_and_stack_size_back(how):
+    limit, stack = sys.getrecursionlimit(), stack_size()
+    s = Scheduler(policy="streams", threads=2, pin=False)
+    try:
+        assert s.submit(deep_plan()).result(60) == 3 * 2**40
+        assert sys.getrecursionlimit() > limit, "the test needs a plan deep enough to raise the limit"
+    except BaseException:
+        s.shutdown(cancel=True)
+        raise
+    if how == "wait":
+        s.shutdown()
+        assert sys.getrecursionlimit() == limit
+    else:
+        if how == "no-wait":
+            s.shutdown(wait=False)
+        else:
+            del s
+            gc.collect()
+        assert wait_for(lambda: sys.getrecursionlimit() == limit), f"left at {sys.getrecursionlimit()}, was {limit}"
+    assert stack_size() == stack
+
+
+def test_deep_thread_starts_give_a_user_stack_size_back():
+    """(This one held before too: the swap was already serialised and undone.)"""
+    old = threading.stack_size(4 << 20)
+    try:
+        with Scheduler(policy="streams", threads=2, pin=False) as s:
+            assert s.submit(ticker_plan()).result(60) == 3
+            assert stack_size() == 4 << 20
+        assert stack_size() == 4 << 20
+    finally:
+        threading.stack_size(old)
+
+
+def test_the_recursion_limit_stays_raised_while_any_holder_needs_it(monkeypatch):
+    from bobox_sched.policies import streams_threads as st
+
+    base = sys.getrecursionlimit()
+    a, b = object(), object()
+    need = lambda depth: 1000 + st.FRAMES_PER_OPERATOR * depth  # noqa: E731
+    st.ensure_recursion(100, a)
+    assert sys.getrecursionlimit() == max(base, need(100))
+    st.ensure_recursion(20, b)  # already enough: b relies on a's raise
+    st.release_recursion(a)
+    assert sys.getrecursionlimit() >= need(20), "b's need was dropped with a's hold"
+    st.release_recursion(b)
+    assert sys.getrecursionlimit() == base
+    # a limit the user set meanwhile is theirs: left alone
+    st.ensure_recursion(100, a)
+    sys.setrecursionlimit(need(100) + 7)
+    try:
+        st.release_recursion(a)
+        assert sys.getrecursionlimit() == need(100) + 7
+    finally:
+        sys.setrecursionlimit(base)
+
+
 # -- 7. threads are not daemons; the interpreter still exits ------------------------------
 
 

@@ -57,20 +57,24 @@ Protocol (who may touch what, when):
 * ``stop`` runs once every request ended (the scheduler's ``_stop_threads``, any thread):
   it sets ``g_shutdown``; with ``wait`` (``shutdown(wait=True)``'s thread) it also joins
   each operator thread, for at most ``OP_THREAD_JOIN_S``, and names one still running
-  in a SchedulerWarning: nothing is given up on silently.
+  in a SchedulerWarning: nothing is given up on silently. ``op_threads`` (the live
+  threads' records, for the stats) and ``_op_thread_objs`` (a WeakSet of their threads,
+  which a thread leaves only once collected, after its ``run`` returned: what ``stop``
+  joins) are guarded by ``_threads_lock``.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import weakref
 
 from ..errors import BoboxError, OperatorStalled
 from ..operator import EOS
 from ..task import release
 from .base import Policy
 from .streams_ports import RERUN, PortRecord, PortTable
-from .streams_threads import OpThread, ensure_recursion
+from .streams_threads import OpThread, ensure_recursion, release_recursion
 
 
 MODELS = ("dynamic", "manual", "dedicated")
@@ -167,11 +171,18 @@ class StreamsBase(Policy):
         self.g_shutdown = False
         self.g_ports_closed = False
         self._threads_lock = threading.Lock()
-        self.op_threads: set = set()  # live source / port threads
+        self.op_threads: set = set()  # live source / port threads (OpThread records)
+        # Their threads, until collected: a thread leaves op_threads before its run ends,
+        # stop(wait=True) joins it until it has (every thread of the scheduler ended).
+        self._op_thread_objs = weakref.WeakSet()
         self.retired_executed = 0  # tuples executed by op threads that have ended
         self.max_in_ports = 1  # largest number of input ports of a registered operator
         self.max_conc_ports = 0  # ... of one that runs its ports concurrently
         self.depth = 1  # longest pipeline registered (operators)
+        # This policy's hold on the process-wide recursion limit (streams_threads): taken by
+        # the first request that needs a raise, given back once every thread of the
+        # scheduler ended.
+        self._recursion_hold = object()
         # The timer thread's stand-in worker (it executes RERUN markers it pushes).
         self._timer_worker = OpThread(scheduler, "bobox-streams-timer", None)
 
@@ -202,7 +213,11 @@ class StreamsBase(Policy):
         depth = _longest_path(ops)
         if depth > self.depth:
             self.depth = depth
-        ensure_recursion(depth)
+        if ensure_recursion(depth, self._recursion_hold):
+            group = getattr(self.scheduler, "_thread_group", None)
+            if group is not None:
+                hold = self._recursion_hold
+                group.when_quiet(lambda: release_recursion(hold))
         self.register(request, ports)
 
     def register(self, request, ports) -> None:
@@ -232,8 +247,7 @@ class StreamsBase(Policy):
             if op._bx_st_thread is None:
                 t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op,))
                 op._bx_st_thread = t
-                with self._threads_lock:
-                    self.op_threads.add(t)
+                self._add_op_threads([t])
                 t.start()
             else:
                 op._bx_st_wake.set()
@@ -260,10 +274,9 @@ class StreamsBase(Policy):
         if not wait:
             return  # their requests ended: they end by themselves
         with self._threads_lock:
-            threads = list(self.op_threads)
+            threads = list(self._op_thread_objs)
         me = threading.current_thread()
-        for t in threads:
-            th = t.thread
+        for th in threads:
             if th is me or th.ident is None:
                 continue
             th.join(OP_THREAD_JOIN_S)  # their requests ended: they exit at once, unless stuck
@@ -271,6 +284,12 @@ class StreamsBase(Policy):
                 self.scheduler._warn(
                     f"shutdown: thread {th.name!r} did not end within {OP_THREAD_JOIN_S:g} s of its request's end; "
                     "it is stuck in an operator's code (a process() that does not return) and is left running")
+
+    def _add_op_threads(self, threads) -> None:
+        with self._threads_lock:
+            for t in threads:
+                self.op_threads.add(t)
+                self._op_thread_objs.add(t.thread)
 
     def _op_thread_done(self, w) -> None:
         with self._threads_lock:
