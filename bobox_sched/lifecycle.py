@@ -215,7 +215,10 @@ def _after_fork_in_child() -> None:
     _reap_q = queue.SimpleQueue()
 
 
-threading._register_atexit(_at_exit)
+try:
+    threading._register_atexit(_at_exit)
+except RuntimeError:  # first imported while the interpreter exits: no scheduler may start
+    _exiting = True
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 

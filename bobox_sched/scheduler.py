@@ -40,7 +40,6 @@ from topology.memory import live_nodes
 
 from . import lifecycle as _lifecycle
 from . import limits
-from .lifecycle import ThreadGroup
 from .errors import BoboxError, SchedulerShutdown, SchedulerWarning
 from .limits import check_count, check_real
 from .packet import ByteTotals, NodePool
@@ -215,7 +214,7 @@ class SchedulerCore:
         self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
         self.requests_done = 0
-        self._thread_group = ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
+        self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
