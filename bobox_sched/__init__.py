@@ -6,7 +6,15 @@ immediate and deferred tasks, locality-ordered workers pinned per NUMA node, sle
 on per-thread semaphores, and a 100 ms balancer that migrates or shares requests.
 """
 
-from bobox_sched.core.errors import BoboxError, OperatorError, OperatorStalled, RequestCancelled, RequestFailed, SchedulerShutdown
+from bobox_sched.core.errors import (
+    BoboxError,
+    OperatorError,
+    OperatorStalled,
+    RequestCancelled,
+    RequestFailed,
+    SchedulerShutdown,
+    SchedulerWarning,
+)
 from bobox_sched.core.operator import Context, Operator, Sink, Source, StreamOperator
 from bobox_sched.core.packet import Packet
 from bobox_sched.core.plan import Plan
@@ -34,6 +42,7 @@ __all__ = [
     "RequestHandle",
     "Scheduler",
     "SchedulerShutdown",
+    "SchedulerWarning",
     "Sink",
     "Source",
     "StreamOperator",

@@ -827,7 +827,7 @@ def test_a_recursion_overflow_in_nested_executions_fails_the_request(model, monk
     Eight limits in a row put the overflow at each frame of an operator's level (6-8)."""
     from bobox_sched.policies.streams import runtime as streams_runtime
 
-    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
+    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops, holder: False)
     n_ops = 100  # about 700 frames nested: well past the lowered limits
     plan, names = pipeline("deep", 150, n_ops)
     short, _ = pipeline("short", 10, 1)
@@ -916,7 +916,7 @@ def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkey
     or, below that limit, a RecursionError."""
     from bobox_sched.policies.streams import runtime as streams_runtime
 
-    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops: None)
+    monkeypatch.setattr(streams_runtime, "ensure_recursion", lambda depth_ops, holder: False)
     n_ops = 30
     plan, _ = pipeline("deep-error", n_ops + 10, n_ops, sink=Bottom)
     kw = {"threads": 1} if model == "dynamic" else {}

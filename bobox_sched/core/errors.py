@@ -32,3 +32,10 @@ class OperatorStalled(OperatorError):
     a packet or sent one (see ``bobox_sched.core.task``: a run that makes no progress). Its
     request fails with this error; the message names the operator and the input port it
     left unread."""
+
+
+class SchedulerWarning(RuntimeWarning):
+    """Something went wrong at run time that the scheduler survived: a policy's
+    ``next_task`` raised (the worker backs off and retries), the balancer or the elastic
+    controller raised, a thread did not end at shutdown. Problems with pinning threads
+    or placing memory are :class:`topology.PinningWarning` instead."""

@@ -10,16 +10,27 @@ Shutdown protocol:
 1. ``shutdown()`` sets ``_closing`` under ``_lock``: ``submit`` refuses from then on.
    With ``cancel=True`` every active request is cancelled.
 2. When the last active request ends (or at once if none is active) ``_stopping`` is
-   set and every sleeping worker is woken; a worker that finds no task and sees
-   ``_stopping`` exits (tasks of ended requests are dropped, never run).
-3. ``shutdown(wait=True)`` joins the workers and the policy's background threads.
+   set under ``_lock``, and whoever set it (``shutdown``'s caller, or the thread that
+   ended the last request) calls ``_stop_threads``: every sleeping worker is woken, every
+   background thread (the policy's, the timer thread) is told to end, and ``_ended`` is
+   set. A worker that finds no task and sees ``_stopping`` exits (tasks of ended
+   requests are dropped, never run). Background threads are told only then, with or
+   without ``wait``: the running requests need them until they end (a timer's
+   ``ctx.reschedule(delay)``, a source's own thread).
+3. ``shutdown(wait=True)`` waits for ``_ended``, then joins the workers and the
+   background threads. Called on one of the scheduler's own threads (a request's done
+   callback) it cannot wait for requests that thread may have to run, so it returns
+   like ``wait=False``: the threads end when the last request does.
 
 ``_active`` (the running requests) is guarded by ``_lock``; workers read its size
-without the lock only to decide that the balancer may idle.
+without the lock only to decide that the balancer may idle. ``_stop_threads`` may run
+more than once (shutdown and the last request's end can race); every step of it is
+idempotent.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 
@@ -27,9 +38,10 @@ import topology as _topology
 from topology import current_node, page_nodes
 from topology.memory import live_nodes
 
-from bobox_sched.core import limits
 from bobox_sched.core import extensions
-from bobox_sched.core.errors import BoboxError, SchedulerShutdown
+from bobox_sched.core import lifecycle as _lifecycle
+from bobox_sched.core import limits
+from bobox_sched.core.errors import BoboxError, SchedulerShutdown, SchedulerWarning
 from bobox_sched.core.limits import check_count, check_degree_cap, check_real
 from bobox_sched.core.packet import ByteTotals, NodePool
 from bobox_sched.core.plan import Plan
@@ -80,7 +92,66 @@ class Scheduler:
         ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
         ``streams``: ``threads=8`` or ``elastic=True, min_level=1``; see their modules);
         a policy without options refuses them.
+
+    Lifecycle, as a ``concurrent.futures`` executor's: ``shutdown()`` (or leaving a
+    ``with`` block) ends it. A Scheduler dropped without ``shutdown()`` is shut down when
+    it is collected: new requests are refused, the running ones finish (their handles
+    still answer), then its threads end. At interpreter exit every scheduler is shut
+    down the same way, and the interpreter waits for the requests still running
+    (``bobox_sched/core/lifecycle.py``).
+
+    The object is a handle on a :class:`SchedulerCore`, the runtime its threads use;
+    every other attribute (``policy``, ``workers``, ``topology``, ...) is the core's.
     """
+
+    __slots__ = ("_core", "_finalizer", "__weakref__")
+
+    def __init__(self, *args, **kwargs):
+        core = SchedulerCore(*args, **kwargs)
+        object.__setattr__(self, "_core", core)
+        object.__setattr__(self, "_finalizer", _lifecycle.shut_down_when_collected(self, core))
+
+    def __getattr__(self, name):
+        if name in Scheduler.__slots__:  # not set: __init__ raised
+            raise AttributeError(name)
+        return getattr(self._core, name)
+
+    def __setattr__(self, name, value) -> None:
+        setattr(self._core, name, value)
+
+    def __delattr__(self, name) -> None:
+        delattr(self._core, name)
+
+    def submit(self, plan: Plan, node: int | None = None, parallelism=None, ordering=None) -> RequestHandle:
+        return self._core.submit(plan, node, parallelism, ordering)
+
+    def map(self, plans, timeout: float | None = None) -> list:
+        return self._core.map(plans, timeout)
+
+    def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
+        self._core.shutdown(wait, cancel)
+
+    def stats(self) -> dict:
+        return self._core.stats()
+
+    def reset_peak(self) -> None:
+        self._core.reset_peak()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._core.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<Scheduler policy={self._core.policy.name!r} workers={len(self._core.workers)}>"
+
+
+class SchedulerCore:
+    """The runtime behind a :class:`Scheduler` (same parameters and methods): what its
+    threads, its policy, its requests and the operators' ``ctx.scheduler`` hold, so that
+    the Scheduler the user holds can be collected, and shut the core down
+    (``bobox_sched/core/lifecycle.py``). ``Scheduler(...)`` makes one; nothing else should."""
 
     def __init__(
         self,
@@ -120,7 +191,7 @@ class Scheduler:
             cpus = max(len(n.cpus) for n in self.topology.cpu_nodes)
             if threads_per_node > cpus:
                 warnings.warn(f"{threads_per_node} worker threads per node exceed the {cpus} CPUs of the largest "
-                              "node: workers will share CPUs", OversubscriptionWarning, 2)
+                              "node: workers will share CPUs", OversubscriptionWarning, 3)
         self.packet_bytes = packet_bytes or policy_cls.default_packet_bytes(self.topology)
         self.buffer_packets = buffer_packets
         self.memory = memory
@@ -139,11 +210,14 @@ class Scheduler:
         self._next_id = 0
         self._closing = False
         self._stopping = False
+        self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
         self.requests_done = 0
-        self.timers = Timers()  # ctx.reschedule(delay); its thread starts on first use
+        self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
+        self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
+        _lifecycle.adopt(self)  # shut down at interpreter exit (SchedulerShutdown once exiting)
         for w in self.workers:
             w.start()
         self.policy.start()
@@ -208,11 +282,24 @@ class Scheduler:
             if stop:
                 self._stopping = True
         if stop:
-            self.policy.wake_all()
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
+        """Every request ended and none can start (``_stopping``): wake the workers so
+        that they exit and tell every background thread to end, joining none (module
+        doc, step 2). Idempotent."""
+        self.policy.wake_all()
+        self.policy.stop(wait=False)
+        self.timers.stop(wait=False)
+        self._thread_group.stopping()  # no thread starts from now on (lifecycle.py)
+        self._ended.set()
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
-        """Refuse new requests; let running ones finish (or cancel them) and stop the
-        workers. With `wait`, return once every worker has exited."""
+        """Refuse new requests; let running ones finish (or cancel them); then every
+        thread of the scheduler ends. With `wait`, return once the requests ended and
+        the threads exited; without, return at once (the threads end by themselves).
+        On one of the scheduler's own threads (a done callback) `wait` is ignored: it
+        could wait for itself."""
         with self._lock:
             self._closing = True
             active = list(self._active.values())
@@ -222,15 +309,17 @@ class Scheduler:
             for r in active:
                 r.cancel()
         if self._stopping:
-            self.policy.wake_all()
-        if wait:
+            self._stop_threads()
+        if wait and not self._thread_group.owns_current_thread():
+            # A model without workers (streams' manual, dedicated) has none to join that
+            # would wait for the requests.
+            self._ended.wait()
             for w in self.workers:
-                if w.thread is not threading.current_thread():
-                    w.thread.join()
+                w.thread.join()
             self.policy.stop()
             self.timers.stop()
 
-    def __enter__(self) -> "Scheduler":
+    def __enter__(self) -> "SchedulerCore":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -249,10 +338,12 @@ class Scheduler:
         return self.pools[node]
 
     # -- metrics -------------------------------------------------------------------------
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, category=SchedulerWarning) -> None:
+        """Warn once per distinct message (listed in ``stats()["warnings"]``): a
+        :class:`SchedulerWarning` by default, ``topology.PinningWarning`` for pinning."""
         if message not in self._warnings:
             self._warnings.append(message)
-            warnings.warn(message, _topology.PinningWarning, 2)
+            warnings.warn(message, category, 2)
 
     def _collect_request_stats(self, req: Request) -> dict:
         steps = [sum(row[k] for row in req.wsteps) for k in range(5)]
@@ -370,4 +461,9 @@ class _LocalitySampler:
         worker.loc_local += int((pages == here).sum())
 
 
-__all__ = ["OversubscriptionWarning", "Scheduler"]
+for _name in ("submit", "map", "shutdown", "stats", "reset_peak"):
+    getattr(Scheduler, _name).__doc__ = getattr(SchedulerCore, _name).__doc__
+Scheduler.__init__.__signature__ = inspect.signature(SchedulerCore.__init__)
+del _name
+
+__all__ = ["OversubscriptionWarning", "Scheduler", "SchedulerCore"]

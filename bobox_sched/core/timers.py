@@ -8,7 +8,9 @@ Protocol: ``_heap`` and ``_stopped`` are guarded by ``_cond``'s lock. ``add`` ma
 from any thread (never from a ``__del__``): it pushes under the lock and notifies only if
 the new deadline is the earliest. The timer thread alone pops; it runs callbacks with
 the lock released, so a callback may call ``add``. The thread starts on the first
-``add`` and ends at ``stop`` (pending timers are dropped: their requests are over).
+``add`` and ends at ``stop`` (pending timers are dropped: their requests are over);
+``stop(wait=False)`` tells it to end without joining it (any thread, the timer thread
+included).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import itertools
 import threading
 import time
 
+from bobox_sched.core.lifecycle import RuntimeThread
+
 
 class Timers:
-    def __init__(self, name: str = "bobox-timers"):
+    def __init__(self, name: str = "bobox-timers", group=None):
         self.name = name
+        self.group = group  # the scheduler's ThreadGroup (lifecycle.py), or None
         self._cond = threading.Condition(threading.Lock())
         self._heap: list = []  # (deadline, seq, fn, args)
         self._seq = itertools.count()  # ties: first added, first run
@@ -37,7 +42,7 @@ class Timers:
                 return
             heapq.heappush(self._heap, (deadline, next(self._seq), fn, args))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+                self._thread = RuntimeThread(self._main, self.name, group=self.group)
                 self._thread.start()
             elif self._heap[0][0] == deadline:
                 self._cond.notify()
@@ -71,12 +76,13 @@ class Timers:
             self.fired += 1
             fn = args = None
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the timer thread (pending timers are dropped); with `wait`, join it."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
             t = self._thread
-        if t is not None and t is not threading.current_thread():
+        if wait and t is not None and t is not threading.current_thread():
             t.join()
 
 

@@ -12,6 +12,12 @@ they are switched on (``operators.released``); like every metric here, only the
 worker's own thread writes it, so it needs no lock (with or without the GIL: one
 writer, and readers only sum snapshots). ``current_worker()`` lets such code, which has
 no context argument, find the worker of the thread it runs on.
+
+A policy's ``next_task`` that raises (a policy bug) must not kill the worker, nor make it
+spin: the worker warns once (a :class:`~bobox_sched.errors.SchedulerWarning`) and calls
+it again after a bounded exponential back-off (``BACKOFF_START_S`` doubling up to
+``BACKOFF_MAX_S``) until it returns; once the scheduler is stopping it ends instead (a
+failing ``next_task`` cannot return the None that ends it, and shutdown waits for it).
 """
 
 from __future__ import annotations
@@ -24,7 +30,17 @@ from collections import deque
 from topology import PinningWarning, current_mask, numa_available, pin_to_cpus, prefer_node
 from topology.memory import live_nodes
 
+from bobox_sched.core.lifecycle import RuntimeThread
 from bobox_sched.core.operator import Context
+
+# Back-off of a worker whose policy's next_task raised (module doc). The first retry waits
+# 1 ms: a failure that came from a transient race is retried almost at once, far below
+# anything a person notices. Each further failure in a row doubles the wait, up to 100 ms,
+# the balancer's period: a policy that keeps failing then costs about ten calls a second
+# per worker instead of a core, and a worker in back-off notices a shutdown within that.
+BACKOFF_START_S = 0.001
+BACKOFF_MAX_S = 0.1
+_sleep = time.sleep  # the back-off's sleep (tests replace it with a clock of their own)
 
 _current = threading.local()  # .worker: the Worker whose thread this is (set once, by it)
 
@@ -61,10 +77,10 @@ class Worker:
         self.loc_samples = 0
         self.loc_pages = 0
         self.loc_local = 0
-        self.thread = threading.Thread(
-            target=self._main,
-            name=f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
-            daemon=True,
+        self.thread = RuntimeThread(
+            self._main,
+            f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
+            group=getattr(scheduler, "_thread_group", None),
         )
 
     def start(self) -> None:
@@ -79,7 +95,7 @@ class Worker:
                     warnings.simplefilter("always", PinningWarning)
                     self.pinned_mask = pin_to_cpus(self.cpus)
                 if caught:
-                    self.scheduler._warn(str(caught[0].message))
+                    self.scheduler._warn(str(caught[0].message), PinningWarning)
                 # Only real nodes have memory to prefer (a topology may be a captured or
                 # a virtual one).
                 if self.node_id is not None and numa_available() and self.node_id in live_nodes():
@@ -88,7 +104,7 @@ class Worker:
                 self.pinned_mask = current_mask()
         except Exception as e:  # noqa: BLE001 - see docstring
             self.pinned_mask = current_mask()
-            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}")
+            self.scheduler._warn(f"worker {self.id}: could not bind to node {self.node_id}: {e}", PinningWarning)
 
     def _main(self) -> None:
         _current.worker = self
@@ -104,8 +120,7 @@ class Worker:
             try:
                 op = next_task(self)
             except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
-                self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e}")
-                continue
+                op = self._retry_next_task(next_task, e)
             if op is None:
                 return
             self.tasks += 1
@@ -132,8 +147,7 @@ class Worker:
             try:
                 op = next_task(self)
             except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
-                self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e}")
-                continue
+                op = self._retry_next_task(next_task, e)
             if op is None:
                 return
             self.tasks += 1
@@ -142,3 +156,23 @@ class Worker:
             except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
                 op._bx_req.fail(e, op)
             op = None
+
+    def _retry_next_task(self, next_task, e: Exception):
+        """``next_task`` raised `e`: warn (once for this run of failures), then call it
+        again after a back-off that doubles from BACKOFF_START_S up to BACKOFF_MAX_S
+        until it returns; returns what it returned. None (the worker ends) once the
+        scheduler is stopping (module doc). The worker loop itself pays nothing for this:
+        the failures are counted here, not per task."""
+        self.scheduler._warn(f"worker {self.id}: {type(e).__name__} while looking for work: {e} "
+                             f"(retrying with a back-off of up to {BACKOFF_MAX_S * 1e3:.0f} ms)")
+        del e  # its traceback holds the policy's frames
+        delay = BACKOFF_START_S
+        while True:
+            if self.scheduler._stopping:
+                return None
+            _sleep(delay)
+            delay = min(2 * delay, BACKOFF_MAX_S)
+            try:
+                return next_task(self)
+            except Exception:  # noqa: BLE001 - the same policy bug, most likely: warned already
+                pass

@@ -128,8 +128,10 @@ class Policy:
     def start(self) -> None:
         """Start background threads (after the workers started)."""
 
-    def stop(self) -> None:
-        """Stop background threads."""
+    def stop(self, wait: bool = True) -> None:
+        """Tell background threads to end (the scheduler calls it once every request
+        ended, from any thread, possibly more than once); with `wait`, also join them
+        (never the calling thread)."""
 
     def stats(self) -> dict:
         return {}

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import threading
 
+from bobox_sched.core.lifecycle import RuntimeThread
+
 
 def node_loads(policy):
     """[(node, pending tasks, sleeping threads)] right now."""
@@ -62,7 +64,8 @@ class Balancer:
         self.log: list[tuple] = []  # (time since start, action...) for experiments
         self._stop = threading.Event()
         self._work = threading.Event()  # set while requests are active
-        self._thread = threading.Thread(target=self._main, name="bobox-balancer", daemon=True)
+        self._thread = RuntimeThread(self._main, "bobox-balancer",
+                                     group=getattr(policy.scheduler, "_thread_group", None))
         self._t0 = None
 
     def start(self) -> None:
@@ -75,10 +78,11 @@ class Balancer:
         """A request was submitted: resume periodic checks."""
         self._work.set()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the balancer's thread; with `wait`, join it."""
         self._stop.set()
         self._work.set()
-        if self._thread.is_alive():
+        if wait and self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     def _main(self) -> None:

@@ -289,9 +289,9 @@ class BoboxPolicy(Policy):
         if self.balancer is not None and len(self.nodes) > 1:
             self.balancer.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         if self.balancer is not None:
-            self.balancer.stop()
+            self.balancer.stop(wait)
 
     def request_added(self) -> None:
         if self.balancer is not None:

@@ -73,6 +73,7 @@ import threading
 import time
 
 from bobox_sched.core.errors import BoboxError
+from bobox_sched.core.lifecycle import RuntimeThread
 from bobox_sched.policies.streams.elastic import CPU_LIMIT, FORMS, SENS, STEPS, CpuGuard, Elasticity
 from bobox_sched.policies.streams.ports import EMPTY, find_work_non_blocking
 from bobox_sched.policies.streams.models import DedicatedPolicy, ManualPolicy
@@ -229,19 +230,19 @@ class StreamsPolicy(StreamsBase):
 
     def start(self) -> None:
         if self.elastic is not None:
-            self._ctl_thread = threading.Thread(target=self._controller_main, name="bobox-streams-elastic",
-                                                daemon=True)
+            self._ctl_thread = RuntimeThread(self._controller_main, "bobox-streams-elastic",
+                                             group=getattr(self.scheduler, "_thread_group", None))
             self._ctl_thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         with self._ctl_cond:
             self._ctl_stop = True
             self._ctl_cond.notify_all()
-        if self._ctl_thread is not None and self._ctl_thread is not threading.current_thread():
+        if wait and self._ctl_thread is not None and self._ctl_thread is not threading.current_thread():
             self._ctl_thread.join()
         for w in self.workers:
             w.notify_shutdown()
-        super().stop()
+        super().stop(wait)
 
     def wake_all(self) -> None:
         """Every request ended and none can come (the scheduler is closing): portsClosed,

@@ -95,8 +95,7 @@ class DedicatedPolicy(StreamsBase):
             t = OpThread(self.scheduler, f"bobox-streams-port{request.id}-{port.name}", self._port_main, (port,),
                          deep=False)
             threads.append(t)
-        with self._threads_lock:
-            self.op_threads.update(threads)
+        self._add_op_threads(threads)
         for t in threads:
             t.start()
 

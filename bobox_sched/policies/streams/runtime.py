@@ -54,12 +54,20 @@ Protocol (who may touch what, when):
   thread's outermost execution, or its source loop, fails the request with the error.
 * Port records are registered in ``place`` (before the request's sources start) and
   retired in ``request_done``.
+* ``stop`` runs once every request ended (the scheduler's ``_stop_threads``, any thread):
+  it sets ``g_shutdown``; with ``wait`` (``shutdown(wait=True)``'s thread) it also joins
+  each operator thread, for at most ``OP_THREAD_JOIN_S``, and names one still running
+  in a SchedulerWarning: nothing is given up on silently. ``op_threads`` (the live
+  threads' records, for the stats) and ``_op_thread_objs`` (a WeakSet of their threads,
+  which a thread leaves only once collected, after its ``run`` returned: what ``stop``
+  joins) are guarded by ``_threads_lock``.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import weakref
 
 from bobox_sched.core.errors import OperatorStalled
 from bobox_sched.core.operator import EOS
@@ -67,7 +75,7 @@ from bobox_sched.core.task import release
 from bobox_sched.policies.base import Policy
 from bobox_sched.policies.streams.options import MODELS  # noqa: F401 -- re-exported: the models
 from bobox_sched.policies.streams.ports import RERUN, PortRecord, PortTable
-from bobox_sched.policies.streams.threads import OpThread, ensure_recursion
+from bobox_sched.policies.streams.threads import OpThread, ensure_recursion, release_recursion
 
 
 
@@ -76,6 +84,14 @@ from bobox_sched.policies.streams.threads import OpThread, ensure_recursion
 # (measured with sys.setprofile, 3.11, all three models), plus the request's done
 # callbacks, which run inside it.
 FAIL_RESERVE = 100
+
+# How long shutdown(wait=True) waits for each operator thread (a source's, a dedicated
+# port's) once every request ended. Such a thread ends at once then (its wake event is
+# set, a STOP marker is queued) unless it is stuck in operator code (a process() that does
+# not return), which the scheduler cannot interrupt: it is left running and named in a
+# SchedulerWarning. 5 s: far above the milliseconds an ending thread takes, short enough
+# for someone waiting on shutdown.
+OP_THREAD_JOIN_S = 5.0
 
 
 class _Unwind(BaseException):
@@ -132,12 +148,19 @@ class StreamsBase(Policy):
         self.g_shutdown = False
         self.g_ports_closed = False
         self._threads_lock = threading.Lock()
-        self.op_threads: set = set()  # live source / port threads
+        self.op_threads: set = set()  # live source / port threads (OpThread records)
+        # Their threads, until collected: a thread leaves op_threads before its run ends,
+        # stop(wait=True) joins it until it has (every thread of the scheduler ended).
+        self._op_thread_objs = weakref.WeakSet()
         self.records: dict[int, OpRecord] = {}  # id(op) -> its record, while its request lives (OpRecord)
         self.retired_executed = 0  # tuples executed by op threads that have ended
         self.max_in_ports = 1  # largest number of input ports of a registered operator
         self.max_conc_ports = 0  # ... of one that runs its ports concurrently
         self.depth = 1  # longest pipeline registered (operators)
+        # This policy's hold on the process-wide recursion limit (streams_threads): taken by
+        # the first request that needs a raise, given back once every thread of the
+        # scheduler ended.
+        self._recursion_hold = object()
         # The timer thread's stand-in worker (it executes RERUN markers it pushes).
         self._timer_worker = OpThread(scheduler, "bobox-streams-timer", None)
 
@@ -167,7 +190,11 @@ class StreamsBase(Policy):
         depth = _longest_path(ops)
         if depth > self.depth:
             self.depth = depth
-        ensure_recursion(depth)
+        if ensure_recursion(depth, self._recursion_hold):
+            group = getattr(self.scheduler, "_thread_group", None)
+            if group is not None:
+                hold = self._recursion_hold
+                group.when_quiet(lambda: release_recursion(hold))
         self.register(request, ports)
 
     def register(self, request, ports) -> None:
@@ -200,8 +227,7 @@ class StreamsBase(Policy):
             if rec.thread is None:
                 t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op, rec))
                 rec.thread = t
-                with self._threads_lock:
-                    self.op_threads.add(t)
+                self._add_op_threads([t])
                 t.start()
             else:
                 rec.wake.set()
@@ -231,14 +257,27 @@ class StreamsBase(Policy):
     def wake_all(self) -> None:
         self.g_ports_closed = True
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         self.g_shutdown = True
+        if not wait:
+            return  # their requests ended: they end by themselves
         with self._threads_lock:
-            threads = list(self.op_threads)
+            threads = list(self._op_thread_objs)
         me = threading.current_thread()
-        for t in threads:
-            if t.thread is not me and t.thread.ident is not None:
-                t.thread.join(timeout=5.0)  # their requests ended: they exit at once
+        for th in threads:
+            if th is me or th.ident is None:
+                continue
+            th.join(OP_THREAD_JOIN_S)  # their requests ended: they exit at once, unless stuck
+            if th.is_alive():
+                self.scheduler._warn(
+                    f"shutdown: thread {th.name!r} did not end within {OP_THREAD_JOIN_S:g} s of its request's end; "
+                    "it is stuck in an operator's code (a process() that does not return) and is left running")
+
+    def _add_op_threads(self, threads) -> None:
+        with self._threads_lock:
+            for t in threads:
+                self.op_threads.add(t)
+                self._op_thread_objs.add(t.thread)
 
     def _op_thread_done(self, w) -> None:
         with self._threads_lock:
@@ -470,4 +509,4 @@ def _longest_path(ops) -> int:
     return max(memo.values(), default=1)
 
 
-__all__ = ["FAIL_RESERVE", "MODELS", "RERUN", "StreamsBase"]
+__all__ = ["FAIL_RESERVE", "MODELS", "OP_THREAD_JOIN_S", "RERUN", "StreamsBase"]

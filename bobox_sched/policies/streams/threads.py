@@ -24,6 +24,25 @@ Protocol of a scheduler thread's record (who touches what, when):
 * ``block(delay)`` and ``suspend()`` are real blocking waits on the record's condition
   variable (L317: not ``nanosleep``).
 
+Process-wide settings (who may change them, and how they come back):
+
+* ``threading.stack_size`` is swapped only by ``start_deep``, under ``_stack_lock``: set,
+  start the thread, put the old size back at once (``Thread.start`` returns once the new
+  thread runs), so two of our starts never restore each other's value. A thread that
+  *other* code starts inside that window (a few microseconds to a millisecond per deep
+  start) still gets the large stack: Python has no per-thread stack size, so this race
+  cannot be closed from here. It costs that thread address space only (a stack is
+  committed as it is touched).
+* ``sys.setrecursionlimit``: a scheduler whose plans nest deeper than the limit allows
+  raises it and *holds* the raise (``ensure_recursion(depth, holder)``, one holder per
+  policy) until every thread of that scheduler ended (``release_recursion``, from its
+  thread group's ``when_quiet``: a thread still deep in a nested execution never sees
+  the limit drop under it). Each hold records the limit its plans need, so releasing one
+  keeps the others' needs; the last release puts back the limit from before the first
+  hold. ``_rec_needs``, ``_rec_base`` and ``_rec_set`` are guarded by ``_rec_lock``. A
+  limit that someone else set while holds existed is theirs: it is left alone, then and
+  at the last release.
+
 GIL: the flags are plain attribute stores and loads; the GIL makes them sequentially
 consistent. A free-threaded build needs them to be atomics (stores with release, loads
 with acquire: ``suspended`` / ``ports_closed`` are "happens-before" signals), which
@@ -35,6 +54,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from bobox_sched.core.lifecycle import RuntimeThread
 from bobox_sched.core.operator import Context
 from bobox_sched.core.worker import Worker
 
@@ -52,28 +72,70 @@ FRAMES_PER_OPERATOR = 16
 
 _stack_lock = threading.Lock()
 
+_rec_lock = threading.Lock()
+_rec_needs: dict = {}  # holder -> the recursion limit its plans need
+_rec_base: int | None = None  # the limit before the first hold (None: no hold)
+_rec_set: int | None = None  # the limit we set last, while holds exist
+
 
 def start_deep(thread: threading.Thread, stack_bytes: int = DEEP_STACK_BYTES) -> None:
-    """Start `thread` with a `stack_bytes` stack (``threading.stack_size`` is process-wide:
-    set, start, restore, under a lock so two callers do not restore each other's value)."""
+    """Start `thread` with a stack of at least `stack_bytes` (module doc: the process-wide
+    size is swapped and put back at once, under ``_stack_lock``). The old size is read by
+    the call that sets the new one: ``threading.stack_size()`` without an argument sets
+    the size to 0 as it reads it."""
     with _stack_lock:
-        old = threading.stack_size()
         try:
-            threading.stack_size(max(stack_bytes, old))
+            old = threading.stack_size(stack_bytes)
         except (ValueError, RuntimeError):  # platform refuses: keep the default
             thread.start()
             return
         try:
+            if old > stack_bytes:
+                threading.stack_size(old)  # larger already: keep it
             thread.start()
         finally:
             threading.stack_size(old)
 
 
-def ensure_recursion(depth_ops: int) -> None:
-    """Let reSchedule nest through `depth_ops` operators (never lowers the limit)."""
+def ensure_recursion(depth_ops: int, holder) -> bool:
+    """Let reSchedule nest through `depth_ops` operators: raise the recursion limit if it
+    is below what that needs, held by `holder` until ``release_recursion(holder)``
+    (module doc). Returns True when `holder` took its first hold: the caller arranges
+    the release."""
+    global _rec_base, _rec_set
     want = 1000 + FRAMES_PER_OPERATOR * depth_ops
-    if sys.getrecursionlimit() < want:
-        sys.setrecursionlimit(want)
+    with _rec_lock:
+        cur = sys.getrecursionlimit()
+        if not _rec_needs:
+            if cur >= want:
+                return False  # enough without us: nothing to hold, nothing to give back
+            _rec_base = cur
+        first = holder not in _rec_needs
+        _rec_needs[holder] = max(_rec_needs.get(holder, 0), want)
+        if cur < want:
+            sys.setrecursionlimit(want)
+            _rec_set = want
+        return first
+
+
+def release_recursion(holder) -> None:
+    """`holder`'s threads all ended: drop its hold; lower the limit to what the other
+    holds need, or to the limit before the first hold once none is left, unless someone
+    else set the limit meanwhile (module doc)."""
+    global _rec_base, _rec_set
+    with _rec_lock:
+        if _rec_needs.pop(holder, None) is None:
+            return
+        cur = sys.getrecursionlimit()
+        target = max([_rec_base, *_rec_needs.values()])
+        if cur == _rec_set and target < cur:
+            try:
+                sys.setrecursionlimit(target)
+                _rec_set = target
+            except RecursionError:  # called deeper than `target` frames: leave it raised
+                pass
+        if not _rec_needs:
+            _rec_base = _rec_set = None
 
 
 class StreamsContext(Context):
@@ -209,7 +271,7 @@ class OpThread:
         self.reschedules = 0
         self.loc_seen = self.loc_samples = self.loc_pages = self.loc_local = 0
         self.deep = deep
-        self.thread = threading.Thread(target=target, args=(self, *args), name=name, daemon=True)
+        self.thread = RuntimeThread(target, name, (self, *args), group=getattr(scheduler, "_thread_group", None))
 
     def start(self) -> None:
         if self.deep:
@@ -231,4 +293,4 @@ def placement(topology, n: int, order: str = "fill") -> list:
 
 
 __all__ = ["DEEP_STACK_BYTES", "OpThread", "PortContext", "StreamsContext", "StreamsWorker", "ensure_recursion", "placement",
-           "start_deep"]
+           "release_recursion", "start_deep"]
