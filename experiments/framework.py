@@ -109,6 +109,19 @@ class Recorder:
         return path
 
 
+def output_folder(path) -> Path:
+    """`path` as a folder that exists (created with its parents), or a one-line
+    BoboxError naming it: every experiment's first step, before any work."""
+    from bobox_sched.core.errors import BoboxError
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+    return out
+
+
 def make_scheduler(ctx: Ctx, **kw):
     """A scheduler on the context's machine and threads per node (`kw` overrides them)."""
     from bobox_sched import Scheduler

@@ -52,7 +52,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from bobox_sched.core.errors import BoboxError

@@ -18,16 +18,14 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import topology as T
-from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-from experiments.framework import (Ctx, Recorder, fmt_bytes, make_scheduler, md_table, pyplot, save_figure,
-                                   write_section)
+from experiments.framework import (Ctx, Recorder, fmt_bytes, make_scheduler, md_table, output_folder, pyplot,
+                                   save_figure, write_section)
 
 
 # ---------------------------------------------------------------------------------------
@@ -456,11 +454,7 @@ EXPERIMENTS = {
 
 
 def run_experiment(args) -> dict:
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+    out = output_folder(args.out)
     ctx = Ctx(
         out=out,
         repeat=args.repeat or (3 if args.quick else 5),

@@ -45,14 +45,12 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import topology as T
-from bobox_sched.core.errors import BoboxError
 
-from experiments.framework import Ctx, Recorder, md_table, panel_grid, save_figure, write_section
+from experiments.framework import Ctx, Recorder, md_table, output_folder, panel_grid, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 HEURISTICS = ("ct", "lp", "et", "qst")
@@ -454,11 +452,7 @@ FIGURES = (8, 9, 10, 11, 12, 13, 14)
 
 
 def run_experiment(args) -> dict:
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+    out = output_folder(args.out)
     quick = args.quick
     COST_MODE[0] = "sleep" if getattr(args, "emulate", False) else "compute"
     # --quick: 3 repeats as ``--help`` says; one run per point left the shapes of figures

@@ -74,7 +74,7 @@ from bobox_sched.control import model as M
 from bobox_sched.control.punct import Window
 from operators.stream.ordered_micro import _iterate
 
-from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, md_table, output_folder, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 NAME = "policies"
@@ -555,10 +555,7 @@ def run_experiment(args) -> dict:
     ctx.topo = T.probe()
     workers, per_node = _workers(ctx, getattr(args, "workers", None))  # before any work
     rows = getattr(args, "rows", None) or (ROWS_QUICK if args.quick else ROWS_DEFAULT)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+    output_folder(out)
     t0 = time.perf_counter()
     print(f"[experiment] {NAME}: {rows:,} rows, {_n(workers, 'worker')}, {_n(ctx.repeat, 'round')} ...",
           file=sys.stderr, flush=True)

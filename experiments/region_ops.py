@@ -18,8 +18,8 @@ from numba import njit
 from bobox_sched import Operator, Source, StreamOperator
 from bobox_sched.core.packet import Packet
 from bobox_sched.control import model as M
-from bobox_sched.control.punct import Punctuation, Window
-from bobox_sched.core.seq import SEQ, derive
+from bobox_sched.control.punct import Window
+from bobox_sched.core.seq import SEQ
 
 # ---------------------------------------------------------------------------------------
 # kernels

@@ -49,7 +49,7 @@ import topology as T
 from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, md_table, output_folder, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
@@ -330,13 +330,8 @@ def run_experiment(args, ctx: Ctx | None = None) -> dict:
     budget = 1.0 if quick else 3.0
     if ctx is None:
         import shlex
-        from pathlib import Path
 
-        out = Path(args.out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise BoboxError(f"cannot create output folder {out}: {e.strerror or e}") from None
+        out = output_folder(args.out)
         ctx = Ctx(out=out, repeat=repeat, quick=quick, data_arg=None, sf=None,
                   threads_per_node=args.threads_per_node, virtual_nodes=args.virtual_nodes,
                   progress=not args.no_progress,

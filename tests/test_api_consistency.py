@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from test_send_derived import Numbers
+from test_stream_substrate import ObliviousSink
+
 from bobox_sched import Plan, Scheduler, Source, StreamOperator
 from bobox_sched.core.packet import Packet
 from bobox_sched.control import model as M
@@ -93,23 +96,6 @@ def test_ctx_port_names_each_of_several_inputs(policy):
 # -- MisdeclaredOperator, from where the README names it --------------------------------
 
 
-class Numbers(Source):
-    """0..n-1 in packets of 100 rows."""
-
-    state = M.STATELESS
-
-    def __init__(self, n):
-        self.n, self.i = n, 0
-
-    def next_packet(self, ctx):
-        if self.i >= self.n:
-            return None
-        k = min(100, self.n - self.i)
-        p = Packet({"x": np.arange(self.i, self.i + k, dtype=np.int64)})
-        self.i += k
-        return p
-
-
 class DropsOneRow(StreamOperator):
     """Declared EXACTLY_ONE, but drops the first row of every packet."""
 
@@ -121,21 +107,6 @@ class DropsOneRow(StreamOperator):
         ctx.send("out", Packet({"x": pkt["x"][1:]}))
 
 
-class Drain(StreamOperator):
-    """Sink: the result is the number of rows."""
-
-    outputs = ()
-
-    def __init__(self):
-        self.rows = 0
-
-    def on_packet(self, ctx, port, pkt):
-        self.rows += pkt.nrows
-
-    def on_end(self, ctx):
-        ctx.set_result(self.rows)
-
-
 def test_misdeclared_operator_imports_from_where_the_readme_names_it():
     from bobox_sched import MisdeclaredOperator  # the README's path (inside: ImportError fails this test only)
     from bobox_sched.regions import MisdeclaredOperator as in_regions
@@ -145,7 +116,7 @@ def test_misdeclared_operator_imports_from_where_the_readme_names_it():
     plan = Plan("liar")
     plan.add("src", Numbers, 1000)
     plan.add("liar", DropsOneRow)
-    plan.add("sink", Drain)
+    plan.add("sink", ObliviousSink)
     plan.chain("src", "liar", "sink")
     with sched("bobox") as s:
         h = s.submit(plan, parallelism=2)
@@ -194,7 +165,7 @@ def region_plan() -> Plan:
     plan = Plan("region")
     plan.add("src", Numbers, 1000)
     plan.add("inc", Inc)
-    plan.add("sink", Drain)
+    plan.add("sink", ObliviousSink)
     plan.chain("src", "inc", "sink")
     return plan
 

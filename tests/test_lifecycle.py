@@ -8,6 +8,7 @@ backs off; runtime warnings are not pinning warnings.
 Waits are bounded waits on a condition (``wait_for``), never a sleep and a look."""
 
 import gc
+import inspect
 import itertools
 import os
 import subprocess
@@ -446,21 +447,7 @@ EXIT_SCRIPT = """
 import numpy as np
 from bobox_sched import Plan, Scheduler, Source, StreamOperator
 
-class Ticker(Source):
-    def __init__(self, n, delay):
-        self.n, self.delay, self.i = n, delay, 0
-
-    def process(self, ctx):
-        if self.i >= self.n:
-            ctx.close()
-            ctx.finish()
-            return
-        p = ctx.new_packet({"x": np.int64}, 1)
-        p["x"][:] = self.i
-        self.i += 1
-        ctx.send("out", p)
-        ctx.reschedule(self.delay)
-
+""" + inspect.getsource(Ticker) + """
 class Report(StreamOperator):
     outputs = ()
 

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops import Guarded
 from stream_ops_support import wait_for
+from test_stream_substrate import AddOne as Inc
 from test_stress import build_plan, check_result, random_dags
 
 from bobox_sched import BoboxError, Operator, Plan, Scheduler, Source, StreamOperator
@@ -172,16 +173,6 @@ class Count(Source):
         p["x"][:] = self.i
         self.i += 1
         return p
-
-
-class Inc(StreamOperator):
-    state = M.STATELESS
-    selectivity_bound = M.EXACTLY_ONE
-
-    def on_packet(self, ctx, port, pkt):
-        out = ctx.new_packet({"x": np.int64}, pkt.nrows)
-        np.add(pkt["x"], 1, out=out["x"])
-        ctx.send("out", out)
 
 
 class Collect(StreamOperator):

@@ -45,7 +45,7 @@ from bobox_sched import Plan, Source, StreamOperator
 from bobox_sched.core.errors import BoboxError
 from bobox_sched.core.packet import Packet
 from bobox_sched.control import model as M
-from bobox_sched.regions.channel import RR, SEQ_MODE, ChannelOperator
+from bobox_sched.regions.channel import RR, SEQ_MODE
 from bobox_sched.regions.fission import DEFAULT_EPOCH
 from bobox_sched.regions.merger import LATTICE, ROUND_ROBIN, STRICT, UNORDERED, OrderedMerger
 from bobox_sched.control.punct import Punctuation
