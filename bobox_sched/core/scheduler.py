@@ -212,6 +212,7 @@ class SchedulerCore:
         self._stopping = False
         self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
+        self._warnings_lock = threading.Lock()  # _warn's check-then-append (never taken from __del__)
         self.requests_done = 0
         self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
@@ -341,8 +342,11 @@ class SchedulerCore:
     def _warn(self, message: str, category=SchedulerWarning) -> None:
         """Warn once per distinct message (listed in ``stats()["warnings"]``): a
         :class:`SchedulerWarning` by default, ``topology.PinningWarning`` for pinning."""
-        if message not in self._warnings:
-            self._warnings.append(message)
+        with self._warnings_lock:  # two threads with one message: one warning
+            new = message not in self._warnings
+            if new:
+                self._warnings.append(message)
+        if new:
             warnings.warn(message, category, 2)
 
     def _collect_request_stats(self, req: Request) -> dict:
