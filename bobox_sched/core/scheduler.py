@@ -130,6 +130,11 @@ class Scheduler:
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         self._core.shutdown(wait, cancel)
+        # Shut down by its user: nothing is left for the finalizer to do when the handle
+        # is collected. Detached, it cannot run at all -- a finalizer that the cyclic GC
+        # runs deep in some thread's stack fails there with a RecursionError that cannot
+        # even be reported.
+        self._finalizer.detach()
 
     def stats(self) -> dict:
         return self._core.stats()
@@ -142,6 +147,7 @@ class Scheduler:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._core.__exit__(exc_type, exc, tb)
+        self._finalizer.detach()  # as in shutdown()
 
     def __repr__(self) -> str:
         return f"<Scheduler policy={self._core.policy.name!r} workers={len(self._core.workers)}>"
