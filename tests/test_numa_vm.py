@@ -168,6 +168,7 @@ def guest_txn():
     return t
 
 
+@pytest.mark.timeout(1800)  # like the regions guest: priming the kernels on the host, then TStream under emulation
 def test_tstream_state_pages_on_their_pools_nodes(guest_txn):
     """Every store segment's pages are on the node it was placed for (the kernel's
     answer), every run equals the serial oracle, and without stealing every pool task
