@@ -1,6 +1,7 @@
 """The baselines' kernels (spec section 4; ``txn/baselines.py`` drives them): the
 scheme codes, ``run_baseline`` (one executor's transactions under LOCK, MVLK, PAT or
-No-Lock, with bounded waits), MVLK's version install (``_mv_install``) and rings
+No-Lock, with bounded waits) and its phases as inline helpers (the turn, the lock
+requests, the grants, the commit), MVLK's version install (``_mv_install``) and rings
 (``mv_init``), and PAT's per-partition sequence numbers (``pat_seq_kernel``).
 """
 
@@ -77,6 +78,142 @@ def _part_seen(part_of, recs, q):
     return False
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _blocked(stats, t_a):
+    """A wait that began at `t_a` gives up: its cycles count as sync time, and one
+    blocked return."""
+    stats[1] += cycles() - t_a
+    stats[3] += 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _await_turn(scheme, ts, m, recs, ctr, pctr, pseq, part_of, t_a, spin):
+    """Lock-ahead: wait until it is transaction ts's turn -- on the global counter (LOCK,
+    MVLK), on the counter of every partition its `m` records touch (PAT), not at all
+    (No-Lock). False if a wait lasted more than `spin` ticks since `t_a`."""
+    if scheme == LOCK or scheme == MVLK:
+        k = 0
+        while atomic_load(ctr, 0) != ts:
+            k += 1
+            if (k & 15) == 0 and cycles() - t_a > spin:
+                return False
+            cpu_relax()
+    elif scheme == PAT:
+        for q in range(m):
+            if _part_seen(part_of, recs, q):
+                continue
+            p = part_of[recs[q, 0]]
+            want = pseq[ts, p]
+            k = 0
+            while atomic_load(pctr, p) != want:
+                k += 1
+                if (k & 15) == 0 and cycles() - t_a > spin:
+                    return False
+                cpu_relax()
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _insert_requests(scheme, ts, m, recs, issued, w_issued, w_reg, wq):
+    """Insert transaction ts's lock requests while it holds the turn (plain stores: only
+    the holder writes these): per record a ticket and the number of writes before it
+    (LOCK, PAT), or its writes registered in the records' write queues (MVLK)."""
+    if scheme == LOCK or scheme == PAT:
+        for q in range(m):
+            g = recs[q, 0]
+            recs[q, 2] = issued[g]
+            issued[g] += 1
+            recs[q, 3] = w_issued[g]
+            if recs[q, 1]:
+                w_issued[g] += 1
+    elif scheme == MVLK:
+        Q = wq.shape[1]
+        for q in range(m):
+            if recs[q, 1]:
+                g = recs[q, 0]
+                n = w_reg[g]
+                wq[g, n % Q] = ts
+                atomic_store(w_reg, g, n + 1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pass_turn(scheme, ts, m, recs, ctr, pctr, pseq, part_of):
+    """Pass the turn on: the global counter to ts + 1 (LOCK, MVLK), or each partition's
+    counter past ts's number there (PAT)."""
+    if scheme == LOCK or scheme == MVLK:
+        atomic_store(ctr, 0, ts + 1)
+    elif scheme == PAT:
+        for q in range(m):
+            if not _part_seen(part_of, recs, q):
+                p = part_of[recs[q, 0]]
+                atomic_store(pctr, p, pseq[ts, p] + 1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _granted(scheme, ts, recs, q, g, done, w_done, w_com, w_reg, wq):
+    """Is the request on record `g` (``recs[q]``) of transaction ts granted? LOCK, PAT: a
+    write once every earlier request on g was released, a read once every earlier write
+    was; MVLK: a write when its ts is g's lwm, a read once the lwm is not below its ts;
+    No-Lock: always."""
+    if scheme == LOCK or scheme == PAT:
+        if recs[q, 1]:
+            return atomic_load(done, g) == recs[q, 2]
+        return atomic_load(w_done, g) == recs[q, 3]
+    if scheme == MVLK:
+        c = atomic_load(w_com, g)
+        lwm = INF_TS
+        if c < atomic_load(w_reg, g):
+            lwm = wq[g, c % wq.shape[1]]
+        if recs[q, 1]:
+            return lwm == ts
+        return lwm >= ts
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _await_grants(scheme, ts, q, m, recs, done, w_done, w_com, w_reg, wq, t_a, spin):
+    """Wait for the grants of the requests ``recs[q:m]``, in record order. Returns `m`,
+    or the request whose wait lasted more than `spin` ticks since `t_a` (resume there)."""
+    while q < m:
+        g = recs[q, 0]
+        k = 0
+        while not _granted(scheme, ts, recs, q, g, done, w_done, w_com, w_reg, wq):
+            k += 1
+            if (k & 15) == 0 and cycles() - t_a > spin:
+                return q
+            cpu_relax()
+        q += 1
+    return m
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _release(m, recs, done, w_done):
+    """LOCK, PAT commit: release the lock on every record (a write's counts as a released
+    write too)."""
+    for q in range(m):
+        g = recs[q, 0]
+        if recs[q, 1]:
+            atomic_add(w_done, g, 1)
+        atomic_add(done, g, 1)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _commit_versions(q, m, recs, committed, ts, segs, seg_of, row_of, vts, vval, vcnt, inflight, w_com, spin):
+    """MVLK commit of the records ``recs[q:m]``: for each one written, install its new
+    version (if the transaction `committed`) and raise its lwm. Returns `m`, or the record
+    whose install stayed unsafe for `spin` ticks (resume there)."""
+    while q < m:
+        if recs[q, 1]:
+            g = recs[q, 0]
+            if committed:
+                row = segs[seg_of[g]][row_of[g]]
+                if not _mv_install(vts, vval, vcnt, inflight, g, ts, row[0], spin):
+                    return q
+            atomic_add(w_com, g, 1)
+        q += 1
+    return m
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def run_baseline(scheme, ex, x0, ntx, txn_ts, ib, fb, oo, ooff, cb, cf, coo, coff, S, Y, V, X, res, verdict, spin,
                  stats):
@@ -84,7 +221,9 @@ def run_baseline(scheme, ex, x0, ntx, txn_ts, ib, fb, oo, ooff, cb, cf, coo, cof
     done or until a wait lasts more than `spin` cycle-counter ticks: then return the
     transaction to resume at (its phase is kept in ``X.st``). ``stats``: [useful, sync,
     lock] cycles, blocked returns, aborts. No reference counting (``_nrt=False``), as
-    ``process_pool``: the same per-operation costs, so the comparison stays fair."""
+    ``process_pool``: the same per-operation costs, so the comparison stays fair. The
+    phases are inlined helpers (``inline="always"``, like ``_step``): no call, no
+    reference counting of their array arguments."""
     recs = X.recs
     rtmp = X.rtmp
     st = X.st
@@ -109,7 +248,6 @@ def run_baseline(scheme, ex, x0, ntx, txn_ts, ib, fb, oo, ooff, cb, cf, coo, cof
     w_reg = Y.w_reg
     w_com = Y.w_com
     wq = Y.wq
-    Q = wq.shape[1]
     inflight = Y.inflight
     x = x0
     while x < ntx:
@@ -125,94 +263,24 @@ def run_baseline(scheme, ex, x0, ntx, txn_ts, ib, fb, oo, ooff, cb, cf, coo, cof
             st[2] = m
             if scheme == MVLK:
                 atomic_store(inflight, ex, ts)
-            # -- lock-ahead: wait for our turn
-            if scheme == LOCK or scheme == MVLK:
-                k = 0
-                while atomic_load(ctr, 0) != ts:
-                    k += 1
-                    if (k & 15) == 0 and cycles() - t_a > spin:
-                        stats[1] += cycles() - t_a
-                        stats[3] += 1
-                        return x
-                    cpu_relax()
-            elif scheme == PAT:
-                for q in range(m):
-                    if _part_seen(part_of, recs, q):
-                        continue
-                    p = part_of[recs[q, 0]]
-                    want = pseq[ts, p]
-                    k = 0
-                    while atomic_load(pctr, p) != want:
-                        k += 1
-                        if (k & 15) == 0 and cycles() - t_a > spin:
-                            stats[1] += cycles() - t_a
-                            stats[3] += 1
-                            return x
-                        cpu_relax()
+            if not _await_turn(scheme, ts, m, recs, ctr, pctr, pseq, part_of, t_a, spin):
+                _blocked(stats, t_a)
+                return x
             t_b = cycles()
             stats[1] += t_b - t_a
-            # -- insert the lock requests (we hold the turn: plain stores)
-            if scheme == LOCK or scheme == PAT:
-                for q in range(m):
-                    g = recs[q, 0]
-                    recs[q, 2] = issued[g]
-                    issued[g] += 1
-                    recs[q, 3] = w_issued[g]
-                    if recs[q, 1]:
-                        w_issued[g] += 1
-            elif scheme == MVLK:
-                for q in range(m):
-                    if recs[q, 1]:
-                        g = recs[q, 0]
-                        n = w_reg[g]
-                        wq[g, n % Q] = ts
-                        atomic_store(w_reg, g, n + 1)
-            # -- pass the turn on
-            if scheme == LOCK or scheme == MVLK:
-                atomic_store(ctr, 0, ts + 1)
-            elif scheme == PAT:
-                for q in range(m):
-                    if not _part_seen(part_of, recs, q):
-                        p = part_of[recs[q, 0]]
-                        atomic_store(pctr, p, pseq[ts, p] + 1)
+            _insert_requests(scheme, ts, m, recs, issued, w_issued, w_reg, wq)
+            _pass_turn(scheme, ts, m, recs, ctr, pctr, pseq, part_of)
             stats[2] += cycles() - t_b
             st[0] = 1
             st[1] = 0
         m = st[2]
         if st[0] == 1:
-            # -- wait for the grants, in record order
             t_a = cycles()
-            q = st[1]
-            while q < m:
-                g = recs[q, 0]
-                k = 0
-                while True:
-                    if scheme == LOCK or scheme == PAT:
-                        if recs[q, 1]:
-                            if atomic_load(done, g) == recs[q, 2]:
-                                break
-                        elif atomic_load(w_done, g) == recs[q, 3]:
-                            break
-                    elif scheme == MVLK:
-                        c = atomic_load(w_com, g)
-                        lwm = INF_TS
-                        if c < atomic_load(w_reg, g):
-                            lwm = wq[g, c % Q]
-                        if recs[q, 1]:
-                            if lwm == ts:
-                                break
-                        elif lwm >= ts:
-                            break
-                    else:
-                        break
-                    k += 1
-                    if (k & 15) == 0 and cycles() - t_a > spin:
-                        st[1] = q
-                        stats[1] += cycles() - t_a
-                        stats[3] += 1
-                        return x
-                    cpu_relax()
-                q += 1
+            q = _await_grants(scheme, ts, st[1], m, recs, done, w_done, w_com, w_reg, wq, t_a, spin)
+            if q < m:
+                st[1] = q
+                _blocked(stats, t_a)
+                return x
             t_b = cycles()
             stats[1] += t_b - t_a
             r = _exec_txn(x, ts, ib, fb, oo, ooff, cb, cf, coo, coff, segs, segi, seg_of, row_of, rec_table, t_lo,
@@ -226,25 +294,14 @@ def run_baseline(scheme, ex, x0, ntx, txn_ts, ib, fb, oo, ooff, cb, cf, coo, cof
         # -- commit: release the locks / install versions and raise the lwm
         t_a = cycles()
         if scheme == LOCK or scheme == PAT:
-            for q in range(m):
-                g = recs[q, 0]
-                if recs[q, 1]:
-                    atomic_add(w_done, g, 1)
-                atomic_add(done, g, 1)
+            _release(m, recs, done, w_done)
         elif scheme == MVLK:
-            q = st[1]
-            while q < m:
-                if recs[q, 1]:
-                    g = recs[q, 0]
-                    if st[3]:
-                        row = segs[seg_of[g]][row_of[g]]
-                        if not _mv_install(vts, vval, vcnt, inflight, g, ts, row[0], spin):
-                            st[1] = q
-                            stats[1] += cycles() - t_a
-                            stats[3] += 1
-                            return x
-                    atomic_add(w_com, g, 1)
-                q += 1
+            q = _commit_versions(st[1], m, recs, st[3], ts, segs, seg_of, row_of, vts, vval, vcnt, inflight, w_com,
+                                 spin)
+            if q < m:
+                st[1] = q
+                _blocked(stats, t_a)
+                return x
             atomic_store(inflight, ex, INF_TS)
         stats[2] += cycles() - t_a
         st[0] = 0
