@@ -417,11 +417,12 @@ class Opaque(StreamOperator):
 
 class Concat2(Operator):
     """Fan-in: all rows of ``in0``, then all rows of ``in1`` (deterministic; punctuations
-    removed, as fan-in of punctuated streams is not punctuated), keeping `columns`."""
+    removed: concatenating whole inputs has no window to align), keeping `columns`."""
 
     inputs = ("in0", "in1")
     outputs = ("out",)
     state = M.UNKNOWN
+    punct_out = M.REMOVES
 
     def __init__(self, columns=("x", "k", "k2")):
         self.columns = tuple(columns)

@@ -396,6 +396,9 @@ class HashJoin(Operator):
     kind = "stateful"
     inputs = ("build", "probe")
     outputs = ("out",)
+    # Relational: no window semantics across the build and probe sides; aligning them
+    # would hold probe packets that the join promises to take at once.
+    punct_out = M.REMOVES
 
     def __init__(self, build_schema: Schema, probe_schema: Schema, build_keys: list[Expr],
                  probe_keys: list[Expr], join_kind: str = "inner",
@@ -769,6 +772,7 @@ class Merge(Operator):
     kind = "stateful"
     inputs = ("a", "b")
     outputs = ("out",)
+    punct_out = M.REMOVES  # relational, like HashJoin: both inputs are always taken at once
 
     def __init__(self, schema: Schema, keys: list[tuple[Expr, bool]], limit: int | None = None):
         self.schema = schema

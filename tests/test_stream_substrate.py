@@ -136,27 +136,83 @@ def test_punctuations_travel_in_order_through_oblivious_operators(policy, buffer
             assert h.result(timeout=60) == want
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_fan_in_removes_punctuations_and_removes_declaration_drops_them(policy):
-    def rows_with_windows(first):
-        out = []
-        for i in range(20):
-            out.append(first + i)
-            if i % 5 == 4:
-                out.append(Window(first + i))
-        return out
+def rows_with_windows(first, wid0=0, every=5, n=20):
+    """Rows first, first+1, ... with Window(wid0 + k) after the k-th group of `every`."""
+    out = []
+    for i in range(n):
+        out.append(first + i)
+        if i % every == every - 1:
+            out.append(Window(wid0 + i // every))
+    return out
 
+
+def fan_in(a_items, b_items, op=TwoIn, **kw) -> Plan:
     plan = Plan("fanin")
-    plan.add("s1", Items, rows_with_windows(0))
-    plan.add("s2", Items, rows_with_windows(100))
-    plan.add("j", TwoIn)
+    plan.add("s1", Items, a_items)
+    plan.add("s2", Items, b_items)
+    plan.add("j", op)
     plan.add("sink", Record)
     plan.connect("s1", "j.a")
     plan.connect("s2", "j.b")
     plan.connect("j", "sink")
+    return plan
+
+
+def window_of(seen):
+    """Each row's window: the number of punctuations before it in `seen`."""
+    out, w = {}, 0
+    for v in seen:
+        if isinstance(v, Window):
+            w += 1
+        else:
+            out[v] = w
+    return out
+
+
+@pytest.mark.parametrize("buffers", [1, 4])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_fan_in_forwards_each_window_once_after_it_closed_on_every_input(policy, buffers):
+    """Both inputs close windows 0-3 after every 5 rows: each window end leaves the 2-input
+    operator once, after every row of that window from either input and before every
+    row of the next (core.task.Alignment); each input's rows stay in order."""
+    with sched(policy, buffer_packets=buffers) as s:
+        seen = s.submit(fan_in(rows_with_windows(0), rows_with_windows(100))).result(timeout=60)
+    assert [v for v in seen if isinstance(v, Window)] == [Window(k) for k in range(4)], seen
+    assert [v for v in seen if type(v) is int and v < 100] == list(range(20)), seen
+    assert [v for v in seen if type(v) is int and v >= 100] == list(range(100, 120)), seen
+    assert window_of(seen) == {first + i: i // 5 for first in (0, 100) for i in range(20)}, seen
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_input_that_ends_releases_the_windows_waiting_for_it(policy):
+    """Input b carries no window: the windows of a wait for b to end, then leave once each,
+    in order; every row of b comes before the first of them."""
     with sched(policy) as s:
-        seen = s.submit(plan).result(timeout=60)
-    # no punctuation (fan-in is not punctuated): exactly the 40 rows, each input's in order
+        seen = s.submit(fan_in(rows_with_windows(0), list(range(100, 110)))).result(timeout=60)
+    wins = [k for k, v in enumerate(seen) if isinstance(v, Window)]
+    assert [seen[k] for k in wins] == [Window(k) for k in range(4)], seen
+    assert max(k for k, v in enumerate(seen) if type(v) is int and v >= 100) < wins[0], seen
+    assert [v for v in seen if type(v) is int and v < 100] == list(range(20)), seen
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_inputs_that_wait_at_different_windows_fail_the_request(policy):
+    from bobox_sched import OperatorError
+
+    with sched(policy) as s:
+        h = s.submit(fan_in(rows_with_windows(0), rows_with_windows(100, wid0=10)))
+        with pytest.raises(OperatorError, match=r"operator 'j': its inputs wait at different punctuations "
+                                                r"\('a' at Window\(wid=0\), 'b' at Window\(wid=10\)\)"):
+            h.result(timeout=60)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_fan_in_that_removes_punctuations_sends_only_rows(policy):
+    class TwoInRemoves(TwoIn):
+        punct_out = M.REMOVES
+
+    with sched(policy) as s:
+        seen = s.submit(fan_in(rows_with_windows(0), rows_with_windows(100), TwoInRemoves)).result(timeout=60)
     assert len(seen) == 40 and all(type(v) is int for v in seen), seen
     assert [v for v in seen if v < 100] == list(range(20)), seen
     assert [v for v in seen if v >= 100] == list(range(100, 120)), seen
@@ -236,9 +292,9 @@ def test_operator_model_safe_defaults_and_declarations():
     assert m.state == M.UNKNOWN and m.selectivity == M.UNKNOWN and m.forwarding == M.UNKNOWN
     assert m.max_parallelism == 1 and not m.forwards("x")
     assert m.punct_in == {"in": M.OBLIVIOUS} and m.punct_out == {"out": M.PRESERVES}
-    assert M.model_of(TwoIn()).punct_out == {"out": M.REMOVES}
-    with pytest.raises(ValueError, match="cannot preserve"):
-        M.model_of(type("Bad", (TwoIn,), {"punct_out": M.PRESERVES})())
+    assert M.model_of(TwoIn()).punct_out == {"out": M.PRESERVES}  # aligned over its inputs
+    with pytest.raises(ValueError, match="an operator with no input cannot preserve punctuations"):
+        M.model_of(type("Bad", (Source,), {"punct_out": M.PRESERVES})())
     with pytest.raises(ValueError, match="selectivity_bound"):
         M.model_of(type("Bad2", (Plain,), {"selectivity_bound": "often"})())
     with pytest.raises(ValueError, match="needs a declared state"):

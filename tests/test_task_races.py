@@ -617,3 +617,30 @@ def test_cancel_every_preemption_drops_every_task():
 
     assert explore(lambda: CancelWorld.chain([Emit(4), Forward(), Collect()]), check,
                    parties=CancelWorld.task_and_cancel) > 100
+
+
+def test_a_warning_given_by_two_threads_at_once_is_given_once():
+    """SchedulerCore._warn is a check-then-append on the scheduler's list of warnings: a
+    second thread's call with the same message, stepped in before every bytecode of the
+    first's, must neither warn twice nor list the message twice."""
+    import warnings
+
+    from bobox_sched.core.scheduler import SchedulerCore
+
+    n = 0
+    while True:
+        me = SimpleNamespace(_warnings=[], _warnings_lock=threading.Lock())
+
+        def other():
+            if me._warnings_lock.locked():
+                return False  # the first call holds it: a real thread would wait here
+            SchedulerCore._warn(me, "twice?")
+
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            fired = preempt_at(n, lambda: SchedulerCore._warn(me, "twice?"), other)
+        assert (len(got), me._warnings) == (1, ["twice?"]), f"second call before bytecode {n}"
+        if not fired:
+            break
+        n += 1
+    assert n > 5  # every bytecode of the first call was tried

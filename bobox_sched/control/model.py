@@ -27,9 +27,12 @@ replicated that was not declared safe. An operator class (or an instance, in its
 ``punct_out``
     per output port: ``"preserves"`` (punctuations arriving on an oblivious input are
     forwarded on this output, in order with the packets), ``"generates"`` (the operator
-    makes its own), or ``"removes"`` (its output is punctuation-free). Fan-in of two
-    punctuated streams is not punctuated: an operator with several inputs never
-    preserves (section 5.2).
+    makes its own), or ``"removes"`` (its output is punctuation-free). Default:
+    ``"preserves"`` for an operator with inputs. With several oblivious inputs a
+    punctuation is forwarded once, after it passed every input (aligned, as Flink aligns
+    barriers: ``core.task.Alignment``), so a window closes downstream when it closed on
+    every input. (Schneider et al. section 5.2 call a fan-in of punctuated streams
+    unpunctuated; the region analysis still keeps fan-in out of regions, rule R2.)
 ``max_parallelism``
     how many threads may run the operator at once (Prasaad et al.): 1 unless declared.
 ``emit_order``
@@ -187,12 +190,13 @@ def _model_of(op) -> OperatorModel:
     reassigns = frozenset(getattr(op, "reassigns", ()) or ())
 
     pin = _ports(getattr(op, "punct_in", None), op.inputs, (OBLIVIOUS, EXPECTING), "punct_in", OBLIVIOUS)
-    pout_default = PRESERVES if len(op.inputs) == 1 else REMOVES
+    # An operator with inputs preserves punctuations unless it says otherwise; one with
+    # several passes each once it passed every input (core.task.Alignment).
+    pout_default = PRESERVES if op.inputs else REMOVES
     pout = _ports(getattr(op, "punct_out", None), op.outputs, (PRESERVES, GENERATES, REMOVES), "punct_out",
                   pout_default if getattr(op, "punct_out", None) is None else REMOVES)
-    if len(op.inputs) != 1 and PRESERVES in pout.values():
-        raise ValueError("an operator with no input or several inputs cannot preserve punctuations "
-                         "(fan-in of punctuated streams is not punctuated)")
+    if not op.inputs and PRESERVES in pout.values():
+        raise ValueError("an operator with no input cannot preserve punctuations")
 
     mp = getattr(op, "max_parallelism", 1)
     if not isinstance(mp, int) or isinstance(mp, bool) or mp < 1:

@@ -127,6 +127,16 @@ class Operator:
         self._bx_model = model
         self._bx_pexpect = [model.punct_in[p] == _model.EXPECTING for p in self.inputs]
         self._bx_ppreserve = tuple(i for i, p in enumerate(self.outputs) if model.punct_out[p] == _model.PRESERVES)
+        # Several oblivious inputs: a punctuation leaves once it passed all of them
+        # (task.Alignment). Ports that run concurrently (max_parallelism > 1) cannot be
+        # aligned by one thread: there the inputs' punctuations are dropped.
+        oblivious = [not e for e in self._bx_pexpect]
+        self._bx_align = None
+        if sum(oblivious) > 1 and self._bx_ppreserve and not self.control_aware:
+            if model.max_parallelism > 1:
+                self._bx_ppreserve = ()
+            else:
+                self._bx_align = _task.Alignment(oblivious)
 
 
 class Context:

@@ -130,6 +130,11 @@ class Scheduler:
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         self._core.shutdown(wait, cancel)
+        # Shut down by its user: nothing is left for the finalizer to do when the handle
+        # is collected. Detached, it cannot run at all -- a finalizer that the cyclic GC
+        # runs deep in some thread's stack fails there with a RecursionError that cannot
+        # even be reported.
+        self._finalizer.detach()
 
     def stats(self) -> dict:
         return self._core.stats()
@@ -142,6 +147,7 @@ class Scheduler:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._core.__exit__(exc_type, exc, tb)
+        self._finalizer.detach()  # as in shutdown()
 
     def __repr__(self) -> str:
         return f"<Scheduler policy={self._core.policy.name!r} workers={len(self._core.workers)}>"
@@ -212,6 +218,7 @@ class SchedulerCore:
         self._stopping = False
         self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
+        self._warnings_lock = threading.Lock()  # _warn's check-then-append (never taken from __del__)
         self.requests_done = 0
         self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
@@ -341,8 +348,11 @@ class SchedulerCore:
     def _warn(self, message: str, category=SchedulerWarning) -> None:
         """Warn once per distinct message (listed in ``stats()["warnings"]``): a
         :class:`SchedulerWarning` by default, ``topology.PinningWarning`` for pinning."""
-        if message not in self._warnings:
-            self._warnings.append(message)
+        with self._warnings_lock:  # two threads with one message: one warning
+            new = message not in self._warnings
+            if new:
+                self._warnings.append(message)
+        if new:
             warnings.warn(message, category, 2)
 
     def _collect_request_stats(self, req: Request) -> dict:

@@ -51,6 +51,12 @@ Protocol (who touches what, when):
   hand-over from one run's thread to the next is ordered by the token (a lock release
   and acquire).
 * No lock is held while calling into the policy, so a policy may take its own.
+* An operator with several oblivious inputs that preserves punctuations aligns them
+  (``Alignment``): a punctuation stays at the head of its input until every other input
+  has it at its head or ended, and only the running thread looks at or pops those heads
+  (it is their one consumer), so the alignment needs no lock either. ``unread`` does not
+  count an input whose head waits so: an operator is not re-run, nor reported stalled,
+  for input it may not take yet.
 
 GIL and free-threaded builds: the argument above needs each deque operation and each
 attribute store to be atomic and all of them sequentially consistent. The GIL gives that.
@@ -105,7 +111,7 @@ from __future__ import annotations
 
 import sys
 
-from bobox_sched.core.errors import OperatorStalled
+from bobox_sched.core.errors import OperatorError, OperatorStalled
 from bobox_sched.control.punct import END as EOS
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
 
@@ -235,7 +241,13 @@ def take_input(worker, op, j: int):
     senders that were waiting for room. Punctuations the operator does not handle itself
     are handled here (``_runtime_punct``) and the next item is taken."""
     q = op._bx_inq[j]
+    al = op._bx_align
     while q:
+        if al is not None and al.oblivious[j] and isinstance(q[0], Punctuation) \
+                and not isinstance(q[0], RUNTIME_ONLY):
+            if not _align(worker, op, j, q[0]):
+                return None  # it waits at the head of this input for the others (Alignment)
+            continue  # taken off every input and forwarded once
         pkt = q.popleft()  # the only consumer: cannot fail after the test
         op._bx_idle = 0  # progress
         if op._bx_waiters:
@@ -248,7 +260,122 @@ def take_input(worker, op, j: int):
         if sampler is not None:
             sampler(worker, pkt)
         return pkt
+    if al is not None and al.pending and op._bx_closed[j]:
+        _align_ended(worker, op)  # this input ended: what waited for it may go on
     return None
+
+
+class Alignment:
+    """Punctuation alignment of an operator with several oblivious inputs that preserves
+    punctuations (``Operator._bx_align``; None for every other operator).
+
+    A punctuation P (a window end, a batch barrier) leaves such an operator once, after
+    every input has passed it, as Flink aligns barriers: when P reaches the head of input
+    j it *stays there*, and input j gives nothing more (``take_input`` returns None)
+    until every other oblivious input has P at its head too, or has ended. Then P is taken
+    off each of them and sent once, after everything the operator sent for the rows
+    before P on any input, and before anything it sends for a row after P. A window
+    therefore closes downstream when it closed on every input.
+
+    ``pending`` maps each waiting punctuation (compared by value, not by its region
+    seqno: ``Punctuation.__eq__``) to the inputs holding it at their head, in the order
+    they arrived. Only the thread running the operator touches it (the token), like the
+    input buffers' heads. Inputs that wait at *different* punctuations while every other
+    input has ended or waits too can never go on: the operator fails with an
+    ``OperatorError`` naming them (a fan-in must see its punctuations in one order)."""
+
+    __slots__ = ("pending", "oblivious", "released")
+
+    def __init__(self, oblivious):
+        self.pending: dict = {}
+        self.oblivious = tuple(oblivious)  # per input: aligned here (not expecting)
+        # A release took punctuations off inputs other than the one being read: the
+        # operator may have passed them already in this run, so it runs again (the
+        # runtime's "run again", and policy streams' execute loop, read it).
+        self.released = False
+
+    def take_released(self) -> bool:
+        r = self.released
+        self.released = False
+        return r
+
+    def waits(self, j: int, head) -> bool:
+        """True if input j's head is a punctuation waiting for the other inputs."""
+        s = self.pending.get(head) if isinstance(head, Punctuation) else None
+        return s is not None and j in s
+
+
+def _passed_or_ended(op, al, waiting) -> bool:
+    """Every aligned input holds the punctuation (`waiting`: those that do) or ended."""
+    closed, inq = op._bx_closed, op._bx_inq
+    for k, ob in enumerate(al.oblivious):
+        if ob and k not in waiting and not (closed[k] and not inq[k]):
+            return False
+    return True
+
+
+def _release_aligned(worker, op, al, p, waiting) -> None:
+    del al.pending[p]
+    for k in waiting:
+        op._bx_inq[k].popleft()  # p is at its head: only this thread takes from it
+    op._bx_idle = 0  # progress
+    if op._bx_waiters:
+        _wake_waiters(worker, op)
+    for i in op._bx_ppreserve:
+        send(worker, op, i, p)
+    al.released = True
+    op._bx_again = True  # run again: an input it read before this one may have been freed
+
+
+def _align(worker, op, j: int, p) -> bool:
+    """Punctuation `p` is at the head of aligned input `j`: True if it has now passed
+    every input (taken off all and sent), False if it waits (Alignment)."""
+    al = op._bx_align
+    waiting = al.pending.get(p)
+    if waiting is None:
+        waiting = al.pending[p] = {}
+    waiting[j] = True
+    if _passed_or_ended(op, al, waiting):
+        _release_aligned(worker, op, al, p, waiting)
+        return True
+    _check_misaligned(op, al)
+    return False
+
+
+def _align_ended(worker, op) -> None:
+    """An aligned input ended: release, in arrival order, what no longer waits for it."""
+    al = op._bx_align
+    for p, waiting in list(al.pending.items()):
+        if _passed_or_ended(op, al, waiting):
+            _release_aligned(worker, op, al, p, waiting)
+    if al.pending:
+        _check_misaligned(op, al)
+
+
+def _check_misaligned(op, al) -> None:
+    closed, inq = op._bx_closed, op._bx_inq
+    held = {k: p for p, waiting in al.pending.items() for k in waiting}
+    for k, ob in enumerate(al.oblivious):
+        if ob and k not in held and not (closed[k] and not inq[k]):
+            return  # an input can still bring what the others wait for
+    what = ", ".join(f"{op.inputs[k]!r} at {p!r}" for k, p in sorted(held.items()))
+    raise OperatorError(f"operator {op.name!r}: its inputs wait at different punctuations ({what}); the "
+                        "inputs of a fan-in must carry the same punctuations in the same order")
+
+
+def unread(op) -> bool:
+    """Input the operator can take now: a buffer holding something other than a
+    punctuation that waits at its head for the other inputs (Alignment)."""
+    al = op._bx_align
+    if al is None or not al.pending:
+        for q in op._bx_inq:
+            if q:
+                return True
+        return False
+    for j, q in enumerate(op._bx_inq):
+        if q and not al.waits(j, q[0]):
+            return True
+    return False
 
 
 def _runtime_punct(worker, op, j: int, p) -> bool:
@@ -340,24 +467,31 @@ def run_task(worker, op) -> None:
             else:
                 _push(op, worker, False)
             return
-        for q in op._bx_inq:
-            if q:
-                # Unread input: run again. No progress detection (module doc): `idle`
-                # counts these re-queues since the operator last took or sent a packet.
-                idle = op._bx_idle + 1
-                op._bx_idle = idle
-                if idle < STALL_RUNS:
-                    _push(op, worker, idle == 1)  # no progress: wait behind others
-                else:
-                    op._bx_finished = True
-                    req.fail(_stalled(op), op)
-                return
+        if op._bx_align is None:  # unread(op), inlined for the common case (one call less per task)
+            left = False
+            for q in op._bx_inq:
+                if q:
+                    left = True
+                    break
+        else:
+            left = unread(op)
+        if left:
+            # Unread input: run again. No progress detection (module doc): `idle`
+            # counts these re-queues since the operator last took or sent a packet.
+            idle = op._bx_idle + 1
+            op._bx_idle = idle
+            if idle < STALL_RUNS:
+                _push(op, worker, idle == 1)  # no progress: wait behind others
+            else:
+                op._bx_finished = True
+                req.fail(_stalled(op), op)
+            return
     # Nothing to do (or blocked: the receiver's next take schedules us). Release, then
     # look again: a trigger that came after the check above and before the release
     # found the token taken and relies on this second look.
     op._bx_tok.release()
     # fence (module doc)
-    if op._bx_again or (not blocked and any(op._bx_inq)):
+    if op._bx_again or (not blocked and (any(op._bx_inq) if op._bx_align is None else unread(op))):
         if op._bx_tok.acquire(False):
             op._bx_again = False
             _push(op, worker, True)

@@ -71,7 +71,7 @@ import weakref
 
 from bobox_sched.core.errors import OperatorStalled
 from bobox_sched.core.operator import EOS
-from bobox_sched.core.task import release
+from bobox_sched.core.task import release, unread
 from bobox_sched.policies.base import Policy
 from bobox_sched.policies.streams.options import MODELS  # noqa: F401 -- re-exported: the models
 from bobox_sched.policies.streams.ports import RERUN, PortRecord, PortTable
@@ -359,7 +359,9 @@ class StreamsBase(Policy):
             op.process(ctx)
             # An operator may read one packet per run (a hash join's probe side): run it
             # again while it takes something and input is left.
-            while not op._bx_finishing and op._bx_idle == 0 and _unread(op, j, conc):
+            al = op._bx_align
+            while not op._bx_finishing and op._bx_idle == 0 and (_unread(op, j, conc) or
+                                                                 (al is not None and al.take_released())):
                 op._bx_idle = 1
                 op.process(ctx)
         except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
@@ -459,10 +461,7 @@ def _unread(op, j: int, conc: bool) -> bool:
     buffer of the port this thread executes)."""
     if conc:
         return j >= 0 and bool(op._bx_inq[j])
-    for q in op._bx_inq:
-        if q:
-            return True
-    return False
+    return unread(op)  # a punctuation waiting at an input's head for the others is not unread
 
 
 def _near_limit() -> bool:
