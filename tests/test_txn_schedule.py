@@ -661,7 +661,7 @@ class _CheckedFinish:
     def _checked(self, kernel, B, npools, nops):
         K = self._K
         # The records read by an operation on another record: its source, its
-        # transaction's condition operands (kernels_template F_* and conds' fields).
+        # transaction's condition operands (kernels/fields.py F_* and conds' fields).
         oi = B.oi[:nops]
         g, src, x = oi[:, K.F_G], oi[:, K.F_SRC], oi[:, K.F_TXN]
         read = set(src[(src >= 0) & (src != g)].tolist())

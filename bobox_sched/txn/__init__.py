@@ -8,7 +8,8 @@ Modules: ``table`` (StateTable, StateStore), ``funs`` (Fun, CFun and the generat
 kernels), ``ops`` (the txn handle, EventBlotter), ``operator``
 (TransactionalOperator), ``progress`` (the progress controller), ``coordinator``
 (dual-mode scheduling), ``chains`` (a batch's arrays), ``placement`` (numa_mode),
-``baselines``, ``oracle`` (serial timestamp-order execution), ``llvm_atomics`` (the atomics the kernels emit).
+``baselines``, ``oracle`` (serial timestamp-order execution), ``kernels`` (the nogil kernels' fragments,
+joined into one generated module by ``funs.kernels``), ``llvm_atomics`` (the atomics the kernels emit).
 """
 
 from bobox_sched.txn.config import NUMA_MODES, SCHEMES, TxnConfig

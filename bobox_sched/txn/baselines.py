@@ -3,7 +3,7 @@ executor runs PRE, STATE_ACCESS and POST of its events one transaction at a time
 transaction as soon as it is issued (Alg. 1 with ``dualmode`` false).
 
 Their counters, lock words and low-water marks are int64 arrays touched with real
-atomics inside the nogil kernel ``run_baseline`` (``kernels_template.py``; the protocol
+atomics inside the nogil kernel ``run_baseline`` (``kernels/baselines.py``; the protocol
 of every field is stated there). Waits are bounded: after ``TxnConfig.spin`` tries the
 kernel returns the transaction to resume at, and the operator asks to run again later
 (``ctx.reschedule``), so a worker never spins on an executor that is not running -- no

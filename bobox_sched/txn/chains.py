@@ -1,7 +1,8 @@
 """The arrays of one batch in state-access mode (``B``): operations sorted per pool into
 operation chains, chain progress and snapshots, versions, the transaction table and the
-result slots. The kernels that build and walk them are in ``kernels_template.py``
-(``build_pool``, ``process_pool``, ``abort_restore``, ``finish_batch``).
+result slots. The kernels that build and walk them are fragments of ``kernels/``
+(``build.build_pool``, ``walk.process_pool``, ``aborts.abort_restore``,
+``finish.finish_batch``).
 
 Layout: pool p's operations occupy rows ``[pool_off[p], pool_off[p+1])`` of ``oi``
 (int64 fields: ts, seq, record, kind, fun, source, result slot, transaction) and ``of``
@@ -35,7 +36,7 @@ BatchArrays = namedtuple(
     "cond_off conds c_param aborted verdict res aux_snap",
 )
 
-NF = 8  # operation fields (kernels_template F_*)
+NF = 8  # operation fields (kernels/fields.py F_*)
 
 
 def new_batch(group, nops: int, ntx: int, npools: int, pool_off: np.ndarray, res: np.ndarray,

@@ -442,7 +442,7 @@ class Group:
                 t0 += tp
         else:
             sc, sl, out = task.scratch
-            # a stealer's claim stamp (kernels_template.process_pool); 0: the pool's only task
+            # a stealer's claim stamp (kernels/walk.py, process_pool); 0: the pool's only task
             me = (task.round << K.CLAIM_BITS) | (task.k + 1) if len(self.placement.tasks[task.pool]) > 1 else 0
             done, pending = self.kcall(kernel_for(K, "process_pool", self._walk_ops(task)), -1 if single else task.pool,
                                        task.round & 1, 0 if single else me, B, S, sc, sl, out)

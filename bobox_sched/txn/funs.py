@@ -18,10 +18,11 @@ int(param) into the record's bitset; the value is the set's size), ``COPY`` (src
 
 Users add codes with :func:`register_fun` / :func:`register_cfun`, giving a plain
 module-level ``def`` that numba can compile (it may use ``np`` and ``math``). The kernels
-are *generated*: their source (``kernels_template.py``) is appended to a dispatch function
-over every registered code, written to the kernel cache folder under its hash and
-imported from there, so numba's ``cache=True`` keeps the machine code across processes.
-Registering a function makes the next :func:`kernels` call compile a new module once.
+are *generated*: the bodies of the fragments of the ``kernels`` package, in its
+``FRAGMENTS`` order, are appended to a dispatch function over every registered code, the
+result written to the kernel cache folder under its hash and imported from there, so
+numba's ``cache=True`` keeps the machine code across processes. Registering a function
+makes the next :func:`kernels` call compile a new module once.
 
 Protocol: registration and :func:`kernels` may be called from any thread; ``_LOCK`` guards
 the registry, the module table and the file writes. A kernel module, once loaded, is
@@ -39,6 +40,8 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+
+from bobox_sched.txn import kernels as fragments
 
 _LOCK = threading.Lock()
 
@@ -217,9 +220,6 @@ def _dispatch_source(funs: list[Fun], cfuns: list[CFun]) -> str:
     return "\n".join(out)
 
 
-_TEMPLATE = Path(__file__).with_name("kernels_template.py")
-
-
 _current = [None, None]  # (number of registered functions, module) of the last call
 
 
@@ -353,12 +353,10 @@ def kernels():
             return _current[1]
     from bobox_sched.txn.llvm_atomics import spin_with_pause
 
-    template = _TEMPLATE.read_text()
-    head, _, body = template.partition("# ---- kernels ----\n")
     # The spin hint is decided per machine (atomics.spin_with_pause) and written into the
     # source, so that kernels compiled with and without it never share a cache entry.
     relax = "cpu_relax = cpu_pause\n" if spin_with_pause() else "cpu_relax = cpu_nop\n"
-    source = head + relax + "\n" + _dispatch_source(funs, cfuns) + "\n" + body
+    source = fragments.HEADER + relax + "\n" + _dispatch_source(funs, cfuns) + "\n" + fragments.body()
     key = hashlib.sha1(source.encode()).hexdigest()[:20]
     with _LOCK:
         mod = _modules.get(key)
