@@ -62,12 +62,7 @@ class OneEared(Operator):
 
 
 def deaf_plan(n=100_000):
-    p = Plan("deaf")
-    p.add("src", Range, n, 10)
-    p.add("deaf", Deaf)
-    p.add("sink", CountSink)
-    p.chain("src", "deaf", "sink")
-    return p
+    return _chain(n, mid=Deaf, sink=CountSink, name="deaf", mid_name="deaf")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -444,12 +439,13 @@ def test_result_shows_the_same_traceback_every_time(policy):
         assert _frames(ei.value.__traceback__)[1:] == seen[0][1:]
 
 
-def _chain(n, mid=Double):
-    p = Plan("chain")
+def _chain(n, mid=Double, sink=SumSink, name="chain", mid_name="m"):
+    """Range(n) -> mid -> sink."""
+    p = Plan(name)
     p.add("src", Range, n, 10)
-    p.add("m", mid)
-    p.add("sink", SumSink)
-    p.chain("src", "m", "sink")
+    p.add(mid_name, mid)
+    p.add("sink", sink)
+    p.chain("src", mid_name, "sink")
     return p
 
 

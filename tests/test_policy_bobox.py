@@ -78,6 +78,14 @@ def drain(policy, w):
         out.append((op.label, w.last_step))
 
 
+def two_workers(nodes: int = 1):
+    """A policy with 2 workers per node; node 0, its two workers and a request placed there."""
+    p = make_policy(nodes=nodes, threads=2)
+    node = p.nodes[0]
+    w0, w1 = node.workers
+    return p, node, w0, w1, Req(p, 0)
+
+
 def test_locality_order_steps_1_to_4():
     p = make_policy(nodes=1, threads=2)
     w0, w1 = p.nodes[0].workers
@@ -136,10 +144,7 @@ def test_no_stealing_across_nodes_and_no_foreign_requests():
 
 
 def test_sleeping_rule():
-    p = make_policy(nodes=1, threads=2)
-    node = p.nodes[0]
-    w0, w1 = node.workers
-    r = Req(p, 0)
+    p, node, w0, w1, r = two_workers(nodes=1)
     # no task: a thread may sleep
     assert p.try_sleep(w0) is True and node.idle == [w0]
     # one task, one running thread (w1): w1 must not sleep (1 task > 0 running)
@@ -165,10 +170,7 @@ def test_fully_busy_node_touches_no_semaphore():
 
 
 def test_new_task_wakes_an_idle_thread_of_its_node_only_when_needed():
-    p = make_policy(nodes=1, threads=2)
-    node = p.nodes[0]
-    w0, w1 = node.workers
-    r = Req(p, 0)
+    p, node, w0, w1, r = two_workers(nodes=1)
     assert p.try_sleep(w1)
     # one task created by the running w0: 1 task, 1 running -> w0 will do it, no wake
     p.push_immediate(w0, Op(r, "a"))
@@ -343,10 +345,7 @@ class AcquirablePark(CountingPark):
 
 
 def test_deferred_push_wakes_only_when_the_pusher_cannot_take_it():
-    p = make_policy(nodes=2, threads=2)
-    node = p.nodes[0]
-    w0, w1 = node.workers
-    r = Req(p, 0)
+    p, node, w0, w1, r = two_workers(nodes=2)
     assert p.try_sleep(w1)
     # w0 of the same node with nothing else queued takes the task itself (step 2/3)
     p.push_deferred(r, Op(r, "d0"), w0)

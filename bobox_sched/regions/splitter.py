@@ -100,6 +100,17 @@ class Router:
             return self.alloc(spec, n)
         return Packet({nm: np.empty(n, dt) for nm, dt in zip(spec.names, spec.dtypes)}, n)
 
+    def _numbered(self, pkt) -> Packet:
+        """`pkt` whole, its rows numbered from ``next_seq`` (a view of its columns plus
+        a fresh ``__seq``)."""
+        n = pkt.nrows
+        s = self._new(_SEQ_ONLY, n)[SEQ]
+        FK.fill_range(s, self.next_seq)
+        self.next_seq += n
+        cols = dict(pkt.columns)
+        cols[SEQ] = s
+        return Packet(cols, n, pkt.node)
+
     def route(self, pkt) -> list:
         """``[(channel, packet), ...]`` for one input packet (non-empty), numbered if this
         router numbers."""
@@ -109,14 +120,7 @@ class Router:
             c = self.rr
             self.rr = (c + 1) % self.n
             self.rows[c] += n
-            if number:
-                s = self._new(_SEQ_ONLY, n)[SEQ]
-                FK.fill_range(s, self.next_seq)
-                self.next_seq += n
-                cols = dict(pkt.columns)
-                cols[SEQ] = s
-                pkt = Packet(cols, n, pkt.node)
-            return [(c, pkt)]
+            return [(c, self._numbered(pkt) if number else pkt)]
         ch = channels_of(pkt.columns, self.key, self.n)
         order, bounds = FK.scatter_order(ch, self.n)
         counts = np.diff(bounds)
@@ -124,14 +128,7 @@ class Router:
         used = np.flatnonzero(counts)
         if len(used) == 1:  # every row to one channel: no gather
             c = int(used[0])
-            if number:
-                s = self._new(_SEQ_ONLY, n)[SEQ]
-                FK.fill_range(s, self.next_seq)
-                self.next_seq += n
-                cols = dict(pkt.columns)
-                cols[SEQ] = s
-                pkt = Packet(cols, n, pkt.node)
-            return [(c, pkt)]
+            return [(c, self._numbered(pkt) if number else pkt)]
         out = self._new(self._spec(pkt, number), n)
         for nm, a in pkt.columns.items():
             FK.gather(a, order, out.columns[nm])
