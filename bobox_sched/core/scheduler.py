@@ -221,13 +221,14 @@ class SchedulerCore:
         self._warnings_lock = threading.Lock()  # _warn's check-then-append (never taken from __del__)
         self.requests_done = 0
         self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
-        self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay); its thread starts on first use
+        self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay)
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
         _lifecycle.adopt(self)  # shut down at interpreter exit (SchedulerShutdown once exiting)
         for w in self.workers:
             w.start()
         self.policy.start()
+        self.timers.start()  # now, not at the first reschedule: see Timers.start
 
     # -- submitting ----------------------------------------------------------------------
     def submit(self, plan: Plan, node: int | None = None, parallelism=None, ordering=None) -> RequestHandle:

@@ -34,6 +34,16 @@ class Timers:
         self._stopped = False
         self.fired = 0
 
+    def start(self) -> None:
+        """Start the timer thread now (idle until a timer is added). A Scheduler does at
+        construction: since Python 3.12 no thread may start once the interpreter is
+        exiting, and a request still running then (its submitter never waited) may call
+        ``ctx.reschedule(delay)`` for the first time."""
+        with self._cond:
+            if self._thread is None and not self._stopped:
+                self._thread = RuntimeThread(self._main, self.name, group=self.group)
+                self._thread.start()
+
     def add(self, delay: float, fn, *args) -> None:
         """Call ``fn(*args)`` in `delay` seconds (on the timer thread)."""
         deadline = time.monotonic() + max(0.0, delay)
