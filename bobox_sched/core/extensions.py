@@ -35,9 +35,6 @@ class Registry:
             known = ", ".join(sorted(self._items)) or "none"
             raise self.missing(f"unknown {self.what} {name!r} (known: {known}){self.hint}") from None
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._items)
-
 
 # Policies: name -> a bobox_sched.policies.base.Policy class; its resolve_options reads
 # that policy's own keyword options.
@@ -48,6 +45,5 @@ PLAN_REWRITES = Registry("plan rewrite", ": import bobox_sched.regions", Runtime
 
 register_policy = POLICIES.register
 policy_class = POLICIES.get
-policy_names = POLICIES.names
 register_plan_rewrite = PLAN_REWRITES.register
 plan_rewrite = PLAN_REWRITES.get

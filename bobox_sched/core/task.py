@@ -305,11 +305,15 @@ class Alignment:
         return s is not None and j in s
 
 
+def _ended(op, k: int) -> bool:
+    """Input k got its end of stream and nothing is left in its buffer (``at_eos``)."""
+    return op._bx_closed[k] and not op._bx_inq[k]
+
+
 def _passed_or_ended(op, al, waiting) -> bool:
     """Every aligned input holds the punctuation (`waiting`: those that do) or ended."""
-    closed, inq = op._bx_closed, op._bx_inq
     for k, ob in enumerate(al.oblivious):
-        if ob and k not in waiting and not (closed[k] and not inq[k]):
+        if ob and k not in waiting and not _ended(op, k):
             return False
     return True
 
@@ -353,10 +357,9 @@ def _align_ended(worker, op) -> None:
 
 
 def _check_misaligned(op, al) -> None:
-    closed, inq = op._bx_closed, op._bx_inq
     held = {k: p for p, waiting in al.pending.items() for k in waiting}
     for k, ob in enumerate(al.oblivious):
-        if ob and k not in held and not (closed[k] and not inq[k]):
+        if ob and k not in held and not _ended(op, k):
             return  # an input can still bring what the others wait for
     what = ", ".join(f"{op.inputs[k]!r} at {p!r}" for k, p in sorted(held.items()))
     raise OperatorError(f"operator {op.name!r}: its inputs wait at different punctuations ({what}); the "

@@ -40,9 +40,14 @@ class Timers:
         exiting, and a request still running then (its submitter never waited) may call
         ``ctx.reschedule(delay)`` for the first time."""
         with self._cond:
-            if self._thread is None and not self._stopped:
-                self._thread = RuntimeThread(self._main, self.name, group=self.group)
-                self._thread.start()
+            if not self._stopped:
+                self._start_locked()
+
+    def _start_locked(self) -> None:
+        """Start the thread unless it runs (the caller holds ``_cond``)."""
+        if self._thread is None:
+            self._thread = RuntimeThread(self._main, self.name, group=self.group)
+            self._thread.start()
 
     def add(self, delay: float, fn, *args) -> None:
         """Call ``fn(*args)`` in `delay` seconds (on the timer thread)."""
@@ -52,8 +57,7 @@ class Timers:
                 return
             heapq.heappush(self._heap, (deadline, next(self._seq), fn, args))
             if self._thread is None:
-                self._thread = RuntimeThread(self._main, self.name, group=self.group)
-                self._thread.start()
+                self._start_locked()
             elif self._heap[0][0] == deadline:
                 self._cond.notify()
 
