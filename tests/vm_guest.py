@@ -251,7 +251,19 @@ def tstream_numa():
     ev = app.events(3000, seed=3)
     dense, ref = oracle_of(app, app.make_store(), ev)
     out = {}
-    with Scheduler(balance_interval=None) as s:
+    opts = {}
+    prime = os.environ.get("BOBOX_VM_PRIME_NODES")
+    if prime:
+        # On the host, priming the cache: the guest's shape (nodes x CPUs per node) as
+        # virtual nodes, so that the kernels compile for the guest's worker count (which
+        # picks each call's GIL-holding or releasing twin) and its segment tuples (one
+        # per node: a numba type of its own).
+        from topology import probe
+        from topology.virtual import virtual_topology
+
+        nodes, per_node = (int(x) for x in prime.split("x"))
+        opts = {"topology": virtual_topology(probe(), nodes), "threads_per_node": per_node, "pin": False}
+    with Scheduler(balance_interval=None, **opts) as s:
         out["workers"] = [w.node_id for w in s.workers]
         for mode, steal in (("shared-nothing", False), ("shared-per-socket", False), ("shared-everything", True)):
             store = app.make_store()
