@@ -36,7 +36,10 @@ What a free-threaded build keeps and loses:
 
 Inventory of the handshakes outside this module (each named in its module's doc):
 
-* ``core/task.py``: the token lock, ``_bx_again`` and the input deques (store-then-load
+* ``core/port.py``: the one input port under every policy (a deque: ``append``,
+  ``popleft``, ``len`` as a pessimistic capacity check, ``closed`` stored by the
+  producer, the waiter's append-then-look-again, the SPSC try-locks);
+* ``core/task.py``: the token lock, ``_bx_again`` and the ports (store-then-load
   handshakes between a sender and the running thread);
 * ``core/packet.py``: per-size-class free deques, ``len`` of a deque as a snapshot;
 * ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test);
