@@ -111,3 +111,10 @@ def test_a_sender_waits_on_the_port_it_sent_to():
     assert a not in pushed and list(j._bx_inq[0].waiters) == [a]
     assert w.ctx.recv("l") is pk  # a take from a's port
     assert a in pushed and not j._bx_inq[0].waiters
+
+
+def test_a_producer_that_retries_is_registered_once():
+    p = Port(1)
+    p.append("a")
+    assert not p.offer("b", "s") and not p.offer("b", "s") and not p.offer("b", "t")
+    assert list(p.waiters) == ["s", "t"]

@@ -11,6 +11,9 @@ policy queues an operator's input in Ports:
   is input j's Port; ``task._deliver`` offers into it (:meth:`offer`, registering the
   sender in ``waiters`` when full), ``take_input``/``Context.recv`` pop it and wake the
   waiters (:meth:`take_waiters`), the end of stream is :meth:`close`;
+* ``ordered``: a stateless, stateful or sink stage's worklist is a Port of units (one
+  producer, the upstream's drainer; its consumers, the stage's allotted workers, only
+  shrink it), whose waiters are the upstream stage waiting for room (``stage.py``);
 * ``streams``: each port record's queue (``PortRecord.q``) is a Port whose ``prod`` and
   ``cons`` try-locks are the paper's flags (:meth:`push`, :meth:`take`), and ``execute``
   hands the one tuple it runs to the operator through ``op._bx_inq[j]``, as above;
@@ -54,6 +57,18 @@ from collections import deque
 EMPTY = object()
 
 
+def register_waiter(waiters: deque, sender) -> None:
+    """Append `sender` to a port's `waiters` unless it is registered last already
+    (``Port.no_room``; also a partitioned ordered stage's queues, whose waiters follow
+    the Port's protocol)."""
+    try:
+        fresh = waiters[-1] is not sender
+    except IndexError:  # empty, or a consumer took the last one meanwhile
+        fresh = True
+    if fresh:
+        waiters.append(sender)
+
+
 class Port(deque):
     """One operator input's bounded buffer (module doc). ``len(port)`` and ``bool(port)``
     are the buffer's; the hand-off is ``append`` and ``popleft``."""
@@ -75,14 +90,22 @@ class Port(deque):
         """Producer: append `item` unless the buffer is full; when full, register `sender`
         as a waiter (woken by the consumer's next pop) and look again. False: not taken,
         `sender` waits."""
-        if len(self) >= self.capacity:
-            self.waiters.append(sender)
-            # fence: a free-threaded build needs a full barrier between the append above
-            # and the length read below (sync module).
-            if len(self) >= self.capacity:
-                return False
+        if len(self) >= self.capacity and self.no_room(sender):
+            return False
         self.append(item)
         return True
+
+    def no_room(self, sender) -> bool:
+        """Producer, having found the buffer full: register `sender` as a waiter, then look
+        again. True: still full (`sender` is woken by the consumer's next pop); False:
+        room appeared meanwhile, go on (the registration stays: a spurious wake-up).
+        A sender already registered last is not registered again (a port has one
+        producer: a drainer that retries does not pile up wake-ups); if a consumer takes
+        that registration meanwhile, it wakes the sender anyway."""
+        register_waiter(self.waiters, sender)
+        # fence: a free-threaded build needs a full barrier between the append above and
+        # the length read below (sync module).
+        return len(self) >= self.capacity
 
     def take_waiters(self) -> list:
         """Consumer, after a pop (or a drop): the senders that waited for room, each
@@ -145,4 +168,4 @@ class Port(deque):
     __hash__ = object.__hash__
 
 
-__all__ = ["EMPTY", "Port"]
+__all__ = ["EMPTY", "Port", "register_waiter"]
