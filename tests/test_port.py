@@ -118,3 +118,32 @@ def test_a_producer_that_retries_is_registered_once():
     p.append("a")
     assert not p.offer("b", "s") and not p.offer("b", "s") and not p.offer("b", "t")
     assert list(p.waiters) == ["s", "t"]
+
+
+def test_fence_is_a_barrier_only_without_the_gil(monkeypatch):
+    """sync.FENCED follows the interpreter: off under the GIL (the GIL orders every
+    bytecode), on without it, where fence() takes and releases its lock."""
+    import sys
+
+    from bobox_sched.core import sync
+
+    assert sync.FENCED is not sync._gil_enabled()
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    assert not sync._gil_enabled()
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+    assert sync._gil_enabled()
+    taken = []
+
+    class SpyLock:
+        def acquire(self):
+            taken.append("acquire")
+
+        def release(self):
+            taken.append("release")
+
+    monkeypatch.setattr(sync, "_fence_lock", SpyLock())
+    sync.fence()
+    assert taken == ([] if not sync.FENCED else ["acquire", "release"])
+    monkeypatch.setattr(sync, "FENCED", True)
+    sync.fence()
+    assert taken[-2:] == ["acquire", "release"]

@@ -44,7 +44,7 @@ Protocol (who may touch what, when):
 
 The atomicity each step needs (a deque ``append``/``popleft``/``len``/``clear``, an
 attribute store, a lock's test-and-set) and the one fence a free-threaded build needs
-(between a waiter's append and its second look) are the sync module's:
+(between a waiter's append and its second look: ``sync.fence``) are the sync module's:
 ``bobox_sched/core/sync.py`` lists them.
 """
 
@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+
+from bobox_sched.core.sync import FENCED, fence
 
 # What take() returns when there is nothing to pop.
 EMPTY = object()
@@ -103,8 +105,8 @@ class Port(deque):
         producer: a drainer that retries does not pile up wake-ups); if a consumer takes
         that registration meanwhile, it wakes the sender anyway."""
         register_waiter(self.waiters, sender)
-        # fence: a free-threaded build needs a full barrier between the append above and
-        # the length read below (sync module).
+        if FENCED:  # the registration above before the length read below (sync module)
+            fence()
         return len(self) >= self.capacity
 
     def take_waiters(self) -> list:

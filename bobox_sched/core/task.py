@@ -60,9 +60,9 @@ GIL and free-threaded builds: the argument above needs each deque operation and 
 attribute store to be atomic and all of them sequentially consistent. The GIL gives that.
 A free-threaded CPython makes deque operations and attribute stores atomic too (per-object
 critical sections), and the token's acquire/release are full barriers; the reads of
-``_bx_again``/buffers after a release would need an explicit fence there (a release of
-an uncontended lock is not one for a *later* read): the place to add it is marked
-``# fence`` below.
+``_bx_again``/buffers after a release need an explicit fence (a release of an
+uncontended lock is not one for a *later* read): ``sync.fence()``, called where a run
+releases the token and looks again (it does nothing under the GIL: ``sync.FENCED``).
 
 What an operator may send (checked in ``Context.send`` before ``send`` here, so the
 runtime never queues garbage): a :class:`~bobox_sched.core.packet.Packet` (an identity test of
@@ -110,6 +110,7 @@ from __future__ import annotations
 import sys
 
 from bobox_sched.core.errors import OperatorError, OperatorStalled
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.control.punct import END as EOS
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
 
@@ -141,7 +142,8 @@ def release(op) -> bool:
     ``_bx_again`` again (a trigger that found the token taken relies on this second
     look). True: a trigger raced in and the caller holds the token again."""
     op._bx_tok.release()
-    # fence (module doc)
+    if FENCED:  # the release above before the loads below (module doc)
+        fence()
     if op._bx_again and op._bx_tok.acquire(False):
         op._bx_again = False
         return True
@@ -487,7 +489,8 @@ def run_task(worker, op) -> None:
     # look again: a trigger that came after the check above and before the release
     # found the token taken and relies on this second look.
     op._bx_tok.release()
-    # fence (module doc)
+    if FENCED:  # the release above before the loads below (module doc)
+        fence()
     if op._bx_again or (not blocked and (any(op._bx_inq) if op._bx_align is None else unread(op))):
         if op._bx_tok.acquire(False):
             op._bx_again = False
