@@ -30,7 +30,8 @@ What a free-threaded build keeps and loses:
   keeps its meaning as written;
 * plain attribute stores and loads used as flags or handshakes are no longer ordered with
   respect to other threads' loads without a barrier. The core's two store-then-load
-  handshakes (``Port.no_room``; a run's end in ``task.py``) call ``fence()`` from here;
+  handshakes (``Port.no_room``; a run's end in ``task.py``) and the bobox policy's
+  sleep/wake pair call ``fence()`` from here;
   the other places that rely on ordering today (inventory) need an acquire/release pair
   from here before the GIL may be dropped; until then the ordered policy checks with
   ``require_gil()`` at scheduler start, and the domains issue's free-threaded path must
@@ -44,7 +45,8 @@ Inventory of the handshakes outside this module (each named in its module's doc)
 * ``core/task.py``: the token lock, ``_bx_again`` and the ports (store-then-load
   handshakes between a sender and the running thread);
 * ``core/packet.py``: per-size-class free deques, ``len`` of a deque as a snapshot;
-* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test);
+* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test;
+  each side fences between its two steps);
 * ``policies/ordered/reorder.py`` and ``hybrid.py``: ``next`` and the window slots;
 * ``policies/streams/threads.py`` and ``dynamic.py``: the thread flags;
 * ``txn/coordinator.py``: ``done_batch`` / ``open_batch``.
