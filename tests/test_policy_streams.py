@@ -25,7 +25,8 @@ from test_stream_substrate import AddOne as Inc
 from test_stress import build_plan, check_result, random_dags
 
 from bobox_sched import BoboxError, Operator, Plan, Scheduler, Source, StreamOperator
-from bobox_sched.policies.streams.ports import EMPTY, PortRecord, PortTable, SPSCEnforcer, find_work_non_blocking
+from bobox_sched.core.port import Port
+from bobox_sched.policies.streams.ports import EMPTY, PortRecord, PortTable, find_work_non_blocking
 from bobox_sched.policies.streams.threads import StreamsWorker, placement
 from bobox_sched.control import model as M
 
@@ -37,7 +38,7 @@ def until(cond, timeout=20.0):
     assert wait_for(cond, timeout, poll=0.002), "condition not reached"
 
 
-# -- SPSCEnforcer, port records and the free list, without threads --------------------------
+# -- the SPSC Port, port records and the free list, without threads --------------------------
 
 class FakeReq:
     ACTIVE = "active"
@@ -56,19 +57,19 @@ def ports(n, capacity=4):
 
 
 def test_spsc_queue_is_bounded_and_push_always_releases_the_producer_lock():
-    q = SPSCEnforcer(2)
+    q = Port(2)
     assert q.push("a") and q.push("b")
     assert not q.push("c")  # full: fails, does not drop anything (no maxlen)
-    assert list(q.queue) == ["a", "b"] and len(q) == 2
-    assert q.prod_try_lock()  # E1: released after the failed push ...
+    assert list(q) == ["a", "b"] and len(q) == 2
+    assert q.prod.acquire(False)  # E1: released after the failed push ...
     assert not q.push("c")  # ... and a push while another producer holds it fails at once
-    q.prod_unlock()
-    assert q.cons_try_lock() and not q.cons_try_lock()
-    assert q.pop() == "a" and q.pop() == "b" and q.pop() is EMPTY
-    q.cons_unlock()
-    assert q.push("c") and q.prod_try_lock()  # released after a successful push too
+    q.prod.release()
+    assert q.cons.acquire(False) and not q.cons.acquire(False)
+    assert q.take() == "a" and q.take() == "b" and q.take() is EMPTY
+    q.cons.release()
+    assert q.push("c") and q.prod.acquire(False)  # released after a successful push too
     with pytest.raises(ValueError):
-        SPSCEnforcer(0)
+        Port(0)
 
 
 def test_find_work_takes_the_first_port_with_work_and_lru_puts_it_at_the_tail():
@@ -81,9 +82,9 @@ def test_find_work_takes_the_first_port_with_work_and_lru_puts_it_at_the_tail():
     port, item = find_work_non_blocking(table)
     assert port is p[2] and item == "t0"
     assert list(table.free) == [p[3], p[0], p[1]]  # the ports tried went to the tail
-    assert not p[2].q.cons_try_lock()  # checked out with its consumer lock held
-    assert p[2].q.pop() == "t1"  # drain the same port, then give it back
-    p[2].q.cons_unlock()
+    assert not p[2].q.cons.acquire(False)  # checked out with its consumer lock held
+    assert p[2].q.take() == "t1"  # drain the same port, then give it back
+    p[2].q.cons.release()
     table.give_back(p[2])
     assert list(table.free) == [p[3], p[0], p[1], p[2]]  # most recently used last
 
@@ -110,9 +111,9 @@ def test_find_work_stops_after_one_circuit_and_on_an_empty_list():
     # pop p1 once more and leave [p2, p0, p1]).
     assert table.free.pops == 4
     assert list(table.free) == [p[1], p[2], p[0]]
-    assert [r.q.cons_try_lock() for r in p] == [True] * 3  # no lock left held
+    assert [r.q.cons.acquire(False) for r in p] == [True] * 3  # no lock left held
     for r in p:
-        r.q.cons_unlock()
+        r.q.cons.release()
     assert find_work_non_blocking(table) is None  # and again: one more circuit each call
     assert table.free.pops == 8 and list(table.free) == [p[2], p[0], p[1]]
 
@@ -137,7 +138,7 @@ def test_find_work_skips_a_taken_port_and_a_busy_operator():
     two = [PortRecord(FakeOp("join", ("a", "b")), None, j, 4, m, False) for j in range(2)]
     table.register(p + two)
     p[0].q.push("x")
-    assert p[0].q.cons_try_lock()  # another thread executes port 0
+    assert p[0].q.cons.acquire(False)  # another thread executes port 0
     two[1].q.push("y")
     m.acquire()  # another thread is inside the two-input operator (port a)
     assert find_work_non_blocking(table) is None
@@ -207,13 +208,13 @@ def check_quiescent(handle):
         # from inside that execution: it lets go of its port's locks right after.
         deadline = time.monotonic() + 10
         while True:
-            got_p = q.prod_try_lock()
-            got_c = q.cons_try_lock()
+            got_p = q.prod.acquire(False)
+            got_c = q.cons.acquire(False)
             free = got_p and got_c and (port.mutex is None or not port.mutex.locked())
             if got_p:
-                q.prod_unlock()
+                q.prod.release()
             if got_c:
-                q.cons_unlock()
+                q.cons.release()
             if free or time.monotonic() > deadline:
                 break
             time.sleep(0.001)
@@ -329,7 +330,7 @@ def test_reschedule_executes_only_the_blocked_port_at_most_limit_plus_one_per_ho
     plan.chain("src", "a", "slow", "b", "sink")
     tl = threading.local()
     log = {"holds": [], "wrong_port": 0, "over": 0, "on_source": 0, "executes": 0}
-    orig_push = SPSCEnforcer.push
+    orig_push = Port.push
 
     def push(self, item):
         st_ = getattr(tl, "st", None)
@@ -338,11 +339,11 @@ def test_reschedule_executes_only_the_blocked_port_at_most_limit_plus_one_per_ho
                 log["holds"].append(st_[-1][2])
             st_[-1][2] = 0  # a retry of the push ends a lock hold
         ok = orig_push(self, item)
-        if len(self.queue) > self.capacity:
+        if len(self) > self.capacity:
             log["over"] += 1
         return ok
 
-    monkeypatch.setattr(SPSCEnforcer, "push", push)
+    monkeypatch.setattr(Port, "push", push)
     # One scheduler thread: while it sleeps in `slow`, the source's own thread finds the
     # queue of `a` full and free, and drains it through reSchedule.
     with streams(threads=1, queue_capacity=cap) as s:
@@ -905,7 +906,7 @@ def test_an_overflow_taking_the_state_lock_leaves_the_port_unlocked(model):
         assert not port.q.push("second")
         with pytest.raises(RecursionError):
             StreamsPolicy.re_schedule(pol, w, port, "second")
-        assert list(port.q.queue) == ["first"]
+        assert list(port.q) == ["first"]
     else:
         with pytest.raises(RecursionError):
             ManualPolicy.push_item(pol, w, port, "first")

@@ -124,8 +124,8 @@ def test_recv_fast_path_never_strands_a_sender_that_registered_during_the_take()
         s._bx_tok.acquire()
         task.run_task(ws, s)  # sends pkt(1): rejected (full), waits in the outbox
 
-    r._bx_waiters = HookDeque()
-    r._bx_waiters.hook = sender_runs
+    r._bx_inq[0].waiters = HookDeque()
+    r._bx_inq[0].waiters.hook = sender_runs
     r._bx_tok.acquire()
     task.run_task(wr, r)  # takes pkt(0); the sender runs at the switch point
     # Either the packet got in, or the sender has a task (it holds its token and was
@@ -133,7 +133,7 @@ def test_recv_fast_path_never_strands_a_sender_that_registered_during_the_take()
     # waits for ever (the receiver's next take needs a packet, only the sender has one).
     assert not s._bx_outbox or s in req.policy.pushed, (
         "sender stranded: its packet waits in the outbox for room that exists "
-        f"(receiver buffer {len(r._bx_inq[0])}/1, waiters {list(r._bx_waiters)})"
+        f"(receiver buffer {len(r._bx_inq[0])}/1, waiters {list(r._bx_inq[0].waiters)})"
     )
 
 
@@ -591,7 +591,7 @@ class CancelWorld(World):
         for op in self.ops:
             for q in op._bx_inq:
                 q.clear()
-            op._bx_waiters.clear()
+                q.waiters.clear()
 
     def task_and_cancel(self):
         op = self.policy.pop()

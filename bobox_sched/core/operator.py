@@ -44,6 +44,7 @@ from bobox_sched.core import seq as _seq
 from bobox_sched.core import task as _task
 from bobox_sched.core.errors import OperatorError
 from bobox_sched.core.packet import Packet
+from bobox_sched.core.port import Port
 
 # The operator states of the Bobox paper (section 3.1: Nothing, Scheduled, Running,
 # Running and scheduled) plus Finished are kept by a task token and a "run again" flag:
@@ -105,13 +106,10 @@ class Operator:
         self._bx_inidx = {p: i for i, p in enumerate(self.inputs)}
         self._bx_outidx = {p: i for i, p in enumerate(self.outputs)}
         self._bx_openidx = dict(self._bx_outidx)  # outputs not closed yet (ctx.send's lookup)
-        self._bx_inq = [deque() for _ in self.inputs]
-        self._bx_closed = [False] * len(self.inputs)
-        self._bx_cap = buffer_packets
+        self._bx_inq = [Port(buffer_packets) for _ in self.inputs]  # input j's buffer (port.py)
         self._bx_dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
         self._bx_outclosed = [False] * len(self.outputs)
         self._bx_outbox = deque()  # (port index, packet or EOS); touched by the running thread only
-        self._bx_waiters = deque()  # senders whose packet this operator's full buffer rejected
         self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
         self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
         self._bx_idle = 0  # re-queues for unread input since the last packet taken or sent (task.py)
@@ -170,8 +168,8 @@ class Context:
             if pkt.__class__ is Packet and self.worker.locality_sampler is None:
                 q.popleft()  # the only consumer: it is still the head
                 op._bx_idle = 0
-                if op._bx_waiters:
-                    _task._wake_waiters(self.worker, op)
+                if q.waiters:
+                    _task._wake_waiters(self.worker, q)
                 return pkt
         return _task.take_input(self.worker, op, j)
 
@@ -189,11 +187,14 @@ class Context:
             i = op._bx_inidx[port]
         except KeyError:
             raise _no_port(op, "input", port) from None
-        return op._bx_closed[i] and not op._bx_inq[i]
+        q = op._bx_inq[i]
+        return q.closed and not q
 
     def all_eos(self) -> bool:
-        op = self.op
-        return all(op._bx_closed) and not any(op._bx_inq)
+        for q in self.op._bx_inq:
+            if q or not q.closed:
+                return False
+        return True
 
     # -- outputs ------------------------------------------------------------------------
     def send(self, port: str, packet) -> bool:
@@ -389,7 +390,7 @@ class StreamOperator(Operator):
         # The runtime's fields live on ctx.op: this operator itself, or the bound wrapper
         # that runs it (a parallel region's channel operator).
         rt = ctx.op
-        budget = 2 * rt._bx_cap
+        budget = 2 * max((q.capacity for q in rt._bx_inq), default=1)
         for i, port in enumerate(self.inputs):
             for _ in range(budget):
                 if ctx.blocked:

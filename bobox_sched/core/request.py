@@ -161,13 +161,13 @@ class Request:
             self.sources = []
             self.deferred.clear()
             if ops:
-                # Input buffers (deques with atomic steps) are dropped now. Outboxes
+                # Input buffers (Ports: deques with atomic steps) are dropped now. Outboxes
                 # belong to whichever thread may still be running the operator: that thread
                 # drops them (run_task sees the request is over).
                 for op in ops.values():
                     for q in op._bx_inq:
                         q.clear()  # one atomic step each; a racing sender's packet dies with op
-                    op._bx_waiters.clear()
+                        q.waiters.clear()
             results = self.results
             if state != self.DONE:
                 self.results = {}

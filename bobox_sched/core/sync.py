@@ -5,7 +5,7 @@ model. Everything else states, in its module doc, which of the guarantees below 
 the inventory at the end lists them, so that a free-threaded build (PEP 703) has one list
 of places to re-check.
 
-Primitives here: ``AtomicFlag`` (test-and-set on a non-blocking lock), ``AtomicCounter``
+Primitives here: ``fence`` (with ``FENCED``: whether it does anything), ``AtomicFlag`` (test-and-set on a non-blocking lock), ``AtomicCounter``
 (fetch-and-add under a tiny lock), ``Credits`` (tokens in a deque), ``serials`` and
 ``round_robin`` (``itertools.count``: one C call per number). ``require_gil`` refuses to
 start a component whose argument still needs the GIL on an interpreter running without it.
@@ -29,17 +29,24 @@ What a free-threaded build keeps and loses:
   per object internally) and ``Lock`` is unchanged, so every primitive of this module
   keeps its meaning as written;
 * plain attribute stores and loads used as flags or handshakes are no longer ordered with
-  respect to other threads' loads without a barrier. The places that rely on that today
-  (inventory) need an acquire/release pair from here before the GIL may be dropped; until
-  then the ordered policy checks with ``require_gil()`` at scheduler start, and the
-  domains issue's free-threaded path must replace the rest first.
+  respect to other threads' loads without a barrier. The core's two store-then-load
+  handshakes (``Port.no_room``; a run's end in ``task.py``) and the bobox policy's
+  sleep/wake pair call ``fence()`` from here;
+  the other places that rely on ordering today (inventory) need an acquire/release pair
+  from here before the GIL may be dropped; until then the ordered policy checks with
+  ``require_gil()`` at scheduler start, and the domains issue's free-threaded path must
+  replace the rest first.
 
 Inventory of the handshakes outside this module (each named in its module's doc):
 
-* ``core/task.py``: the token lock, ``_bx_again`` and the input deques (store-then-load
+* ``core/port.py``: the one input port under every policy (a deque: ``append``,
+  ``popleft``, ``len`` as a pessimistic capacity check, ``closed`` stored by the
+  producer, the waiter's append-then-look-again, the SPSC try-locks);
+* ``core/task.py``: the token lock, ``_bx_again`` and the ports (store-then-load
   handshakes between a sender and the running thread);
 * ``core/packet.py``: per-size-class free deques, ``len`` of a deque as a snapshot;
-* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test);
+* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test;
+  each side fences between its two steps);
 * ``policies/ordered/reorder.py`` and ``hybrid.py``: ``next`` and the window slots;
 * ``policies/streams/threads.py`` and ``dynamic.py``: the thread flags;
 * ``txn/coordinator.py``: ``done_batch`` / ``open_batch``.
@@ -63,6 +70,31 @@ def require_gil() -> None:
 
         raise BoboxError("the ordered policy's atomics (bobox_sched.core.sync) assume the GIL; this "
                          "interpreter runs without it (start it with PYTHON_GIL=1)")
+
+
+def _gil_enabled() -> bool:
+    enabled = getattr(sys, "_is_gil_enabled", None)
+    return True if enabled is None else bool(enabled())
+
+
+# Whether a store-then-load handshake needs an explicit full barrier here: False while the
+# GIL runs (its one total order of bytecodes is the barrier), True on a free-threaded
+# interpreter running without it. Callers on a hot path test the constant before calling
+# ``fence()`` (``if FENCED: fence()``: a global load and a branch under the GIL).
+FENCED = not _gil_enabled()
+_fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full barrier between the caller's earlier stores and later loads (a sender's
+    "append, then look at the buffer again", a run's "release the token, then look at
+    ``_bx_again`` again"). Under the GIL it does nothing (module doc). Without it, an
+    acquire and a release of a lock nobody else holds long: both are sequentially
+    consistent atomic operations on the lock's word in CPython's free-threaded build
+    (``PyMutex``), so no load after them is ordered before a store before them."""
+    if FENCED:
+        _fence_lock.acquire()
+        _fence_lock.release()
 
 
 class AtomicFlag:
@@ -164,4 +196,5 @@ def serials(start: int = 1):
     return itertools.count(start).__next__
 
 
-__all__ = ["AtomicCounter", "AtomicFlag", "Credits", "GIL_REQUIRED", "require_gil", "round_robin", "serials"]
+__all__ = ["AtomicCounter", "AtomicFlag", "Credits", "FENCED", "GIL_REQUIRED", "fence", "require_gil", "round_robin",
+           "serials"]

@@ -30,17 +30,15 @@ two fields and no lock, so the per-task path takes none:
 
 Protocol (who touches what, when):
 
-* ``op._bx_inq[j]`` (a deque per input) has one producer, the operator at the far end of
-  the edge (one thread at a time, by the same token rule), and one consumer, the
-  running operator: ``append`` and ``popleft`` are each one atomic step, and only the
-  producer grows it, so the producer's capacity check ``len(q) >= cap`` can only be
-  pessimistic. ``op._bx_closed[j]`` is set by that producer after its last packet.
-* A sender whose packet is rejected by a full buffer appends itself to the receiver's
-  ``_bx_waiters`` (a deque) and then looks at the buffer again: if room appeared
-  meanwhile it goes on. ``take_input`` pops a packet and then drains ``_bx_waiters``,
-  scheduling each. Either the receiver's drain sees the waiter, or the waiter's second
-  look sees the room: no sender waits for room that exists (no lost wake-up). A sender
-  may be woken twice; a second ``schedule`` of a scheduled operator does nothing.
+* ``op._bx_inq[j]`` is input j's :class:`~bobox_sched.core.port.Port` (``port.py`` states
+  its protocol: one producer, one consumer, the capacity check, ``closed``, ``waiters``).
+  Its producer is the operator at the far end of the edge (one thread at a time, by the
+  same token rule), its consumer the running operator.
+* A sender whose packet is rejected by a full buffer is registered in that port's
+  ``waiters`` (``Port.offer``, which looks at the buffer again: if room appeared
+  meanwhile it goes on). ``take_input`` pops a packet and then drains the port's
+  waiters, scheduling each: no sender waits for room that exists (no lost wake-up). A
+  sender may be woken twice; a second ``schedule`` of a scheduled operator does nothing.
 * ``op._bx_finished`` is set once, by the thread running the operator when it finishes
   (or drops the task of an ended request); senders then drop what they send (a limit
   that finished early). A sender that raced past the flag appends to a buffer nobody
@@ -62,9 +60,9 @@ GIL and free-threaded builds: the argument above needs each deque operation and 
 attribute store to be atomic and all of them sequentially consistent. The GIL gives that.
 A free-threaded CPython makes deque operations and attribute stores atomic too (per-object
 critical sections), and the token's acquire/release are full barriers; the reads of
-``_bx_again``/buffers after a release would need an explicit fence there (a release of
-an uncontended lock is not one for a *later* read): the place to add it is marked
-``# fence`` below.
+``_bx_again``/buffers after a release need an explicit fence (a release of an
+uncontended lock is not one for a *later* read): ``sync.fence()``, called where a run
+releases the token and looks again (it does nothing under the GIL: ``sync.FENCED``).
 
 What an operator may send (checked in ``Context.send`` before ``send`` here, so the
 runtime never queues garbage): a :class:`~bobox_sched.core.packet.Packet` (an identity test of
@@ -112,6 +110,7 @@ from __future__ import annotations
 import sys
 
 from bobox_sched.core.errors import OperatorError, OperatorStalled
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.control.punct import END as EOS
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
 
@@ -143,7 +142,8 @@ def release(op) -> bool:
     ``_bx_again`` again (a trigger that found the token taken relies on this second
     look). True: a trigger raced in and the caller holds the token again."""
     op._bx_tok.release()
-    # fence (module doc)
+    if FENCED:  # the release above before the loads below (module doc)
+        fence()
     if op._bx_again and op._bx_tok.acquire(False):
         op._bx_again = False
         return True
@@ -180,19 +180,13 @@ def _deliver(worker, src, i: int, item) -> bool:
     dst, j = src._bx_dst[i]
     if dst._bx_finished:
         return True  # the receiver finished early (e.g. a limit): drop
+    q = dst._bx_inq[j]
     if item is EOS:
-        dst._bx_closed[j] = True
-    else:
-        q = dst._bx_inq[j]
-        if len(q) >= dst._bx_cap:
-            dst._bx_waiters.append(src)
-            # fence: a free-threaded build needs a full barrier between the append above
-            # and the length read below (module doc).
-            if len(q) >= dst._bx_cap:
-                return False  # the receiver's next take schedules us
-            if dst._bx_finished:
-                return True
-        q.append(item)
+        q.closed = True
+    elif len(q) < q.capacity:
+        q.append(item)  # Port.offer's common case, inlined (one call less per packet)
+    elif not q.offer(item, src):
+        return False  # the receiver's next take schedules us
     dst._bx_again = True
     if dst._bx_tok.acquire(False):
         dst._bx_again = False
@@ -225,9 +219,9 @@ def flush(worker, op) -> bool:
     return True
 
 
-def _wake_waiters(worker, op) -> None:
-    """Schedule the senders waiting for room in `op`'s buffers (deferred tasks)."""
-    waiters = op._bx_waiters
+def _wake_waiters(worker, q) -> None:
+    """Schedule the senders waiting for room in port `q` (deferred tasks)."""
+    waiters = q.waiters
     while waiters:
         try:
             w = waiters.popleft()
@@ -250,8 +244,8 @@ def take_input(worker, op, j: int):
             continue  # taken off every input and forwarded once
         pkt = q.popleft()  # the only consumer: cannot fail after the test
         op._bx_idle = 0  # progress
-        if op._bx_waiters:
-            _wake_waiters(worker, op)
+        if q.waiters:
+            _wake_waiters(worker, q)
         if isinstance(pkt, Punctuation):
             if _runtime_punct(worker, op, j, pkt):
                 continue
@@ -260,7 +254,7 @@ def take_input(worker, op, j: int):
         if sampler is not None:
             sampler(worker, pkt)
         return pkt
-    if al is not None and al.pending and op._bx_closed[j]:
+    if al is not None and al.pending and q.closed:
         _align_ended(worker, op)  # this input ended: what waited for it may go on
     return None
 
@@ -307,7 +301,8 @@ class Alignment:
 
 def _ended(op, k: int) -> bool:
     """Input k got its end of stream and nothing is left in its buffer (``at_eos``)."""
-    return op._bx_closed[k] and not op._bx_inq[k]
+    q = op._bx_inq[k]
+    return q.closed and not q
 
 
 def _passed_or_ended(op, al, waiting) -> bool:
@@ -321,10 +316,11 @@ def _passed_or_ended(op, al, waiting) -> bool:
 def _release_aligned(worker, op, al, p, waiting) -> None:
     del al.pending[p]
     for k in waiting:
-        op._bx_inq[k].popleft()  # p is at its head: only this thread takes from it
+        q = op._bx_inq[k]
+        q.popleft()  # p is at its head: only this thread takes from it
+        if q.waiters:
+            _wake_waiters(worker, q)
     op._bx_idle = 0  # progress
-    if op._bx_waiters:
-        _wake_waiters(worker, op)
     for i in op._bx_ppreserve:
         send(worker, op, i, p)
     al.released = True
@@ -413,7 +409,7 @@ def _finish(worker, op) -> None:
     op._bx_finished = True
     for q in op._bx_inq:
         q.clear()
-    _wake_waiters(worker, op)
+        _wake_waiters(worker, q)
 
 
 def run_task(worker, op) -> None:
@@ -493,7 +489,8 @@ def run_task(worker, op) -> None:
     # look again: a trigger that came after the check above and before the release
     # found the token taken and relies on this second look.
     op._bx_tok.release()
-    # fence (module doc)
+    if FENCED:  # the release above before the loads below (module doc)
+        fence()
     if op._bx_again or (not blocked and (any(op._bx_inq) if op._bx_align is None else unread(op))):
         if op._bx_tok.acquire(False):
             op._bx_again = False

@@ -17,7 +17,7 @@ Protocol (who may touch what, when):
   appends its task *then* reads ``idle``, and if a sleeper is there and the task needs
   another thread, pops one sleeper and releases it (``wake_one``: no lock, no count). One
   of the two always sees the other (the GIL makes these steps sequentially consistent;
-  a free-threaded build needs a fence between each side's two steps), so a task is never
+  without it, ``sync.fence()`` sits between each side's two steps), so a task is never
   stranded while every thread of its node sleeps, and a push never takes a lock or
   scans the node: the count runs only on the way to sleep, over queue lengths that only
   their owners grow.

@@ -25,6 +25,7 @@ import threading
 from bobox_sched.policies.bobox.balancer import Balancer
 from bobox_sched.policies.bobox.node import NodeState
 from bobox_sched.core.worker import Worker
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.policies.base import Policy, steal
 
 
@@ -87,6 +88,8 @@ class BoboxPolicy(Policy):
     def push_immediate(self, worker, op) -> None:
         imm = worker.imm
         imm.append(op)
+        if FENCED:  # the append above before the read of idle below (node.py)
+            fence()
         # The pusher's only queued task needs nobody: the pusher runs it next (step 1,
         # Tokio's LIFO slot). With more queued, the node has more tasks than this running
         # thread: wake a sleeper, if any (node.py: lock-free wake, no scan). "More"
@@ -106,6 +109,8 @@ class BoboxPolicy(Policy):
         else:
             node = nodes[request.rr() % len(nodes)]
             request.deferred.append((op, node))
+        if FENCED:  # the append above before the read of idle below (node.py)
+            fence()
         # A worker of this node with nothing else queued takes the task itself (it looks
         # at its request's deferred list right after its own list); anyone else, a busy
         # worker, or a second deferred task (a run that woke two blocked senders) wakes
@@ -143,6 +148,8 @@ class BoboxPolicy(Policy):
             self.push_deferred(request, op, None)
             return
         nd.pinned.append(op)
+        if FENCED:
+            fence()
         if nd.idle:
             nd.wake_one()
 
@@ -204,6 +211,8 @@ class BoboxPolicy(Policy):
         node = w.node
         with node.lock:
             node.idle.append(w)
+            if FENCED:  # the append above before the counts below (node.py)
+                fence()
             # _stopping is set before wake_all takes this lock: either wake_all finds us
             # in idle, or we see _stopping here and do not sleep (no lost shutdown).
             if self.scheduler._stopping or node.must_not_sleep():

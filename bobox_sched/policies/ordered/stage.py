@@ -31,10 +31,12 @@ Who touches what, when:
 * ``accept(item)`` is called only by the upstream stage's drainer (it holds the
   upstream's exit section, or is the one source runner): one producer per worklist, so
   serial order = worklist order = master-queue order. A full worklist (``cap`` units)
-  refuses: the producer registers in ``waiting`` (a dict store), re-checks, and returns
-  False (the upstream's drainer then stops without blocking, A5). A consumer that
-  dequeues pops ``waiting`` (one ``dict.pop``: exactly one consumer gets the
-  registration) and asks the policy for a drain task of the upstream.
+  refuses: the producer registers in ``waiters`` and re-checks (``core.port.Port.no_room``;
+  the worklist of a stateless, stateful or sink stage is a ``Port``), and returns False
+  (the upstream's drainer then stops without blocking, A5). A consumer that dequeues
+  pops ``waiters`` (one ``popleft`` per registration: exactly one consumer gets each)
+  and asks the policy for a drain task of the upstream (a registration may be woken
+  although room appeared before it was needed: a drain that finds nothing to do).
 * Workers allotted to the stage call ``consume`` concurrently; the policy keeps their
   number ``w`` <= ``M`` (1 for SF and sinks and sources; min(max_parallelism, workers)
   for SL; min(max_parallelism, p, workers) for PS). PS bucket state is touched only by
@@ -66,6 +68,7 @@ from bobox_sched.core.errors import OperatorError
 from bobox_sched.core.operator import EOS, Context, _no_port
 from bobox_sched.core.task import release
 from bobox_sched.core.packet import Packet
+from bobox_sched.core.port import Port, register_waiter
 from bobox_sched.control import model as _model
 from bobox_sched.core.sync import Credits, serials
 from bobox_sched.policies.ordered.hybrid import HybridQueue, PartitionedQueues, make_queues
@@ -220,7 +223,6 @@ class Stage:
             worklist_cap = 1 << 62
         self.credits = Credits(capacity)
         self.reorder = make_reorder(reorder, capacity, self._emit, self._ready, self._advanced)
-        self.waiting: dict = {}
         self.queues = None
         self.worklist = None
         self.p = 1
@@ -232,9 +234,11 @@ class Stage:
             self.exact = op.effective_row_order(row_order) == "exact"
             self.is_partitioned_queues = isinstance(self.queues, PartitionedQueues)
             self.is_hybrid = isinstance(self.queues, HybridQueue)
+            self.waiters: deque = deque()  # the upstream stage, waiting for room (as a Port's)
         else:
             self.scheme = None
-            self.worklist = deque()
+            self.worklist = Port(worklist_cap)  # the runtime's one input port (core/port.py)
+            self.waiters = self.worklist.waiters
             self.cap = worklist_cap
             self.exact = False
             self.is_partitioned_queues = self.is_hybrid = False
@@ -278,14 +282,17 @@ class Stage:
     def accept(self, item) -> bool:
         """Enqueue `item` (a packet, punctuation or EOS) from the single producer. False
         if the worklist is full: the producer is then registered as our waiter."""
-        if self.size() >= self.cap:
-            self.waiting[0] = self.up
-            if self.size() >= self.cap:
+        wl = self.worklist
+        if wl is not None:
+            if len(wl) >= wl.capacity and wl.no_room(self.up):
                 return False
-        if self.worklist is not None:
-            self.worklist.append((self.serial(), item, None, True))
+            wl.append((self.serial(), item, None, True))
         else:
             q = self.queues
+            if len(q) >= self.cap:
+                register_waiter(self.waiters, self.up)  # Port.no_room's protocol, on the stage's queues
+                if len(q) >= self.cap:
+                    return False
             if item.__class__ is Packet or isinstance(item, Packet):
                 if item.nrows:
                     slices = self.op.split(item)
@@ -318,8 +325,12 @@ class Stage:
     def _wake_up(self) -> None:
         """A consumer took a unit: the upstream's drain, stopped by our full worklist, may
         go on."""
-        up = self.waiting.pop(0, None)
-        if up is not None:
+        w = self.waiters
+        while w:
+            try:
+                up = w.popleft()
+            except IndexError:  # another consumer took the last one
+                return
             self.policy.push_drain(up)
 
     # -- scheduling view ----------------------------------------------------------------------
@@ -396,7 +407,7 @@ class Stage:
 
     def _run(self, ctx, unit, b: int) -> None:
         """Process one unit and send its output to the reorder buffer."""
-        if self.waiting:
+        if self.waiters:
             self._wake_up()
         serial, item, ords, last = unit
         o = Out((), _clock())

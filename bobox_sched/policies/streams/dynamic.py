@@ -2,7 +2,7 @@
 *Low-Synchronization, Mostly Lock-Free, Elastic Scheduling for Streaming Runtimes*).
 
 Any scheduler thread may execute any operator input port. Each port has a bounded SPSC
-queue guarded by a producer and a consumer try-lock (``streams_ports.SPSCEnforcer``);
+queue guarded by a producer and a consumer try-lock (``core.port.Port``, the paper's SPSCEnforcer);
 free ports wait on ``freePorts``, an LRU free list. A sender pushes into the receiving
 port's queue; when the push fails (the queue is full, or another producer holds it) the
 sender executes that port itself (reSchedule), so no thread waits for another. The
@@ -306,7 +306,7 @@ class StreamsPolicy(StreamsBase):
                     if m is None or m.acquire(False):
                         try:
                             while True:
-                                t = q.pop()
+                                t = q.take()
                                 if t is EMPTY:
                                     break
                                 execute(w, port, t)
@@ -366,7 +366,7 @@ class StreamsPolicy(StreamsBase):
             execute(w, port, item)
             limit = self.drain_limit
             while n <= limit:
-                t = q.pop()
+                t = q.take()
                 if t is EMPTY:
                     break
                 execute(w, port, t)

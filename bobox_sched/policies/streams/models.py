@@ -23,19 +23,22 @@ Protocol:
   it locks), so a DAG cannot deadlock on them. Sends nest one operator per level on the
   sending thread; a failure at the bottom of the stack unwinds through the senders to the
   thread's source loop, releasing their locks (streams_runtime, "Failures and the stack").
-* dedicated: each port's ``queue.Queue(capacity)`` has any number of producers (the
-  threads executing its upstream operators, or a source's thread) and one consumer, the
-  port's thread, which also takes the port's consumer lock and the operator's state lock
-  around each execution (two ports of one operator never run at once). A producer blocked
-  on a full queue re-checks every ``RECHECK_S`` that the receiver still runs and its
-  request is active, then drops the tuple. The port's thread ends when its operator
-  finished or at a STOP marker put when the request ends (not at the port's final
-  punctuation: ``ctx.reschedule()`` may still send it RERUN markers).
+* dedicated: each port's queue (``port.q``, the runtime's ``core.port.Port``) has any
+  number of producers (the threads executing its upstream operators, or a source's
+  thread) and one consumer, the port's thread. All of them append and pop under the
+  port's ``_Blocking`` lock, with ``queue.Queue``'s two conditions (not empty, not full),
+  so the capacity check is exact. The port's thread also takes the port's consumer lock
+  and the operator's state lock around each execution (two ports of one operator never
+  run at once). A producer blocked on a full queue re-checks every ``RECHECK_S`` that the
+  receiver still runs and its request is active, then drops the tuple. The port's thread
+  ends when its operator finished or at a STOP marker appended when the request ends
+  (after retirement emptied the queue; not at the port's final punctuation:
+  ``ctx.reschedule()`` may still send it RERUN markers).
 """
 
 from __future__ import annotations
 
-import queue
+import threading
 
 from bobox_sched.policies.streams.runtime import StreamsBase
 from bobox_sched.policies.streams.threads import OpThread
@@ -46,6 +49,19 @@ from bobox_sched.policies.streams.threads import OpThread
 RECHECK_S = 0.05
 
 _STOP = object()
+
+
+class _Blocking:
+    """The dedicated model's blocking hand-off around one port's queue (module doc):
+    one lock, held by a producer or the port's thread around each append or pop, and
+    ``queue.Queue``'s two conditions on it."""
+
+    __slots__ = ("lock", "not_empty", "not_full")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.not_empty = threading.Condition(self.lock)
+        self.not_full = threading.Condition(self.lock)
 
 
 class ManualPolicy(StreamsBase):
@@ -91,7 +107,7 @@ class DedicatedPolicy(StreamsBase):
         """One queue and one thread per input port, started before the sources."""
         threads = []
         for port in ports:
-            port.dq = queue.Queue(self.capacity)
+            port.dq = _Blocking()
             t = OpThread(self.scheduler, f"bobox-streams-port{request.id}-{port.name}", self._port_main, (port,),
                          deep=False)
             threads.append(t)
@@ -100,41 +116,44 @@ class DedicatedPolicy(StreamsBase):
             t.start()
 
     def port_retired(self, port) -> None:
-        q = port.dq
-        if q is not None:
-            try:
-                q.put_nowait(_STOP)  # wakes the port's thread if it waits for a tuple
-            except queue.Full:
-                pass  # it is not waiting: it sees the request ended after its tuple
+        b = port.dq
+        if b is not None:
+            with b.lock:  # retirement emptied the queue: a producer racing it adds at most one tuple
+                port.q.append(_STOP)  # wakes the port's thread if it waits for a tuple
+                b.not_empty.notify()
 
     def push_item(self, worker, port, item) -> None:
         op = port.op
         if op._bx_finished:
             return
-        q = port.dq
-        try:
-            q.put_nowait(item)
-            return
-        except queue.Full:
-            pass
-        req = port._bx_req
-        while True:
-            try:
-                q.put(item, timeout=RECHECK_S)
-                return
-            except queue.Full:
-                if op._bx_finished or req.state is not req.ACTIVE:
-                    return  # drop: nobody will take it
+        q = port.q
+        b = port.dq
+        with b.lock:
+            if len(q) >= q.capacity:
+                req = port._bx_req
+                while True:
+                    b.not_full.wait(RECHECK_S)
+                    if len(q) < q.capacity:
+                        break
+                    if op._bx_finished or req.state is not req.ACTIVE:
+                        return  # drop: nobody will take it
+            q.append(item)
+            b.not_empty.notify()
 
     def _port_main(self, w, port) -> None:
-        q = port.dq
+        q = port.q
+        b = port.dq
         req = port._bx_req
         op = port.op
-        cons = port.q.cons
+        cons = q.cons
         m = port.mutex
         try:
             while True:
-                item = q.get()
+                with b.lock:
+                    while not q:
+                        b.not_empty.wait()
+                    item = q.popleft()
+                    b.not_full.notify()
                 if item is _STOP or req.state is not req.ACTIVE:
                     return
                 cons.acquire()

@@ -1,20 +1,22 @@
 """Input ports of the ``streams`` policy: one SPSC queue per operator input port with its
-producer and consumer try-locks (``SPSCEnforcer``, Schneider & Wu Fig. 2), the port
-records, the table of registered ports (``queues_table``) and ``freePorts``, the LRU free
-list, plus ``find_work_non_blocking`` (Fig. 4), the one algorithm that walks that list.
+producer and consumer try-locks (Schneider & Wu Fig. 2's ``SPSCEnforcer``: the runtime's
+one ``core.port.Port``, whose ``push``/``take`` are Fig. 2's), the port records, the table
+of registered ports (``queues_table``) and ``freePorts``, the LRU free list, plus
+``find_work_non_blocking`` (Fig. 4), the one algorithm that walks that list.
 
 Protocol (who may touch what, when):
 
-* ``SPSCEnforcer.queue`` is a ``deque`` *without* ``maxlen`` (``maxlen`` would silently
-  drop the oldest tuple). Only the holder of ``prod`` appends, and only after checking
-  ``len(queue) < capacity`` under ``prod``; only the holder of ``cons`` pops. The
-  consumer can only shrink the queue, so the producer's check can only be pessimistic:
-  ``len(queue) <= capacity`` always (the paper's "size field" variant, L428).
+* A record's queue ``q`` is a ``Port`` (``core/port.py`` states its protocol): a deque
+  *without* ``maxlen`` (``maxlen`` would silently drop the oldest tuple). Only the holder
+  of ``prod`` appends, and only after checking ``len(q) < capacity`` under ``prod``; only
+  the holder of ``cons`` pops. The consumer can only shrink the queue, so the producer's
+  check can only be pessimistic: ``len(q) <= capacity`` always (the paper's "size
+  field" variant, L428).
 * ``prod`` and ``cons`` are ``threading.Lock`` objects used as the paper's atomic flags:
   ``acquire(False)`` is one C-level test-and-set (``prodTryLock``/``consTryLock``),
   ``release()`` the unlock. A plain ``if not flag: flag = True`` would not be atomic (the
-  GIL may switch threads between the two bytecodes). ``push`` releases ``prod`` on both
-  paths: erratum E1 (Fig. 2 returns true without ``prodUnlock()``).
+  GIL may switch threads between the two bytecodes). ``Port.push`` releases ``prod`` on
+  both paths: erratum E1 (Fig. 2 returns true without ``prodUnlock()``).
 * ``cons`` is what makes a port exclusive: the one thread holding it is the only one that
   may pop from the queue and execute the port, so tuples of a stream are executed in
   the order they were pushed (requirement R2). An operator with several input ports and
@@ -29,7 +31,7 @@ Protocol (who may touch what, when):
   once or *checked out* by exactly one thread (popped, and not pushed back yet).
 * ``PortTable.ports`` (``queues_table``) is written only by ``register``/``retire``
   under ``PortTable.lock``, before a request's sources start and after it ended; the
-  hot path never reads it: a port record carries its enforcer (OSS keeps an index on the
+  hot path never reads it: a port record carries its queue (OSS keeps an index on the
   port) and an operator's outputs carry the receiving port records.
 * Retirement is lazy (ports come and go with requests, unlike the paper's PE whose table
   is fixed at start-up): ``retire`` sets ``retired`` and empties the queue; whoever pops
@@ -38,7 +40,7 @@ Protocol (who may touch what, when):
 
 GIL: nothing here relies on the GIL beyond the atomicity of deque and lock operations,
 which the free-threaded build also provides; ``len(queue)`` read under ``prod`` needs
-no more than a non-torn read of the deque length.
+no more than a non-torn read of the deque length (the sync module's inventory).
 """
 
 from __future__ import annotations
@@ -47,65 +49,10 @@ import itertools
 import threading
 from collections import deque
 
-# What the queue's pop returns when there is nothing to pop.
-EMPTY = object()
+from bobox_sched.core.port import EMPTY, Port
+
 # A queue item that runs the port's operator without input (its ctx.reschedule()).
 RERUN = object()
-
-
-class SPSCEnforcer:
-    """A bounded FIFO of tuples (packets and punctuations, the final one included) with
-    a producer and a consumer try-lock (Fig. 2)."""
-
-    __slots__ = ("queue", "capacity", "prod", "cons")
-
-    def __init__(self, capacity: int):
-        if not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"queue capacity must be a positive integer, got {capacity!r}")
-        self.queue: deque = deque()
-        self.capacity = capacity
-        self.prod = threading.Lock()  # prodLocked
-        self.cons = threading.Lock()  # consLocked
-
-    def prod_try_lock(self) -> bool:
-        return self.prod.acquire(False)
-
-    def prod_unlock(self) -> None:
-        self.prod.release()
-
-    def cons_try_lock(self) -> bool:
-        return self.cons.acquire(False)
-
-    def cons_unlock(self) -> None:
-        self.cons.release()
-
-    def push(self, item) -> bool:
-        """Append `item` if the producer lock is free and the queue not full; False
-        otherwise (full, or another producer holds the lock), without retrying."""
-        prod = self.prod
-        if not prod.acquire(False):
-            return False
-        q = self.queue
-        if len(q) < self.capacity:
-            q.append(item)
-            prod.release()
-            return True
-        prod.release()  # E1: always release the producer lock
-        return False
-
-    def pop(self):
-        """The oldest tuple, or EMPTY. Only the holder of ``cons`` calls this (a retiring
-        request may empty the queue concurrently: that is a failed pop too)."""
-        q = self.queue
-        if not q:
-            return EMPTY  # the common failed pop, without raising IndexError
-        try:
-            return q.popleft()
-        except IndexError:
-            return EMPTY
-
-    def __len__(self) -> int:
-        return len(self.queue)
 
 
 class _RetiredOperator:
@@ -130,7 +77,8 @@ class PortRecord:
     """One input port of one operator of one request: what a tuple's ``port()`` names.
 
     ``op`` and ``index`` say what to execute, ``rec`` is the operator's record
-    (``runtime.OpRecord``); ``q`` is the port's SPSCEnforcer;
+    (``runtime.OpRecord``); ``q`` is the port's queue, a ``core.port.Port`` used as the
+    paper's SPSCEnforcer (``push``, ``take``, ``prod``, ``cons``);
     ``mutex`` the operator's state lock (None for a single-input operator, or one that
     declared ``max_parallelism > 1``: it synchronises itself, its ports run
     concurrently); ``_bx_req`` the request (read by the worker loop like a task's).
@@ -142,13 +90,13 @@ class PortRecord:
         self.op = op
         self.rec = rec
         self.index = index
-        self.q = SPSCEnforcer(capacity)
+        self.q = Port(capacity)
         self.mutex = mutex
         self.concurrent = concurrent
         self._bx_req = op._bx_req
         self.pid = -1
         self.retired = False
-        self.dq = None  # the dedicated model's blocking queue (models.py)
+        self.dq = None  # the dedicated model's lock and conditions around q (models._Blocking)
 
     @property
     def name(self) -> str:
@@ -188,8 +136,8 @@ class PortTable:
             for r in records:
                 r.retired = True
                 self.ports.pop(r.pid, None)
-                dropped += sum(1 for t in list(r.q.queue) if t is not RERUN)
-                r.q.queue.clear()
+                dropped += sum(1 for t in list(r.q) if t is not RERUN)
+                r.q.clear()
                 r.op = RETIRED_OP  # see _RetiredOperator
         return dropped
 
@@ -214,7 +162,7 @@ def try_take(port: PortRecord):
     if m is not None and not m.acquire(False):
         cons.release()
         return EMPTY
-    item = q.pop()
+    item = q.take()
     if item is EMPTY:
         if m is not None:
             m.release()
@@ -265,4 +213,4 @@ def find_work_non_blocking(table: PortTable):
     return None
 
 
-__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "SPSCEnforcer", "find_work_non_blocking", "try_take"]
+__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "find_work_non_blocking", "try_take"]

@@ -9,7 +9,8 @@ push / reSchedule), ``manual`` and ``dedicated`` (``models.py``).
 Mapping onto the runtime (spec section 5.2). A Streams tuple is one item of an output:
 a packet, a punctuation, or the final punctuation (``EOS``), all in band, in order.
 ``execute(port, tuple)`` puts the tuple where the operator's ``ctx.recv`` finds it (its
-input buffer ``_bx_inq[j]``, empty between executions, or the closed flag for EOS) and
+input port ``_bx_inq[j]``, a ``core.port.Port`` empty between executions, or its
+``closed`` flag for EOS) and
 calls ``process(ctx)`` once: the operator API is unchanged (R4), and scheduling happens
 only when the operator sends (``Policy.deliver``: the operator's ``ctx.send``, ``close``
 and ``punctuate`` end there), so the scheduler is non-preemptive (L162). A send never
@@ -343,7 +344,7 @@ class StreamsBase(Policy):
         j = port.index
         conc = port.concurrent
         if item is EOS:
-            op._bx_closed[j] = True
+            op._bx_inq[j].closed = True
         elif item is RERUN:
             j = -1
         else:
@@ -405,7 +406,7 @@ class StreamsBase(Policy):
                 rec.rerun = True
                 self.push_later(req, op, resched if resched.__class__ is float else 0.0)
             return
-        if op._bx_idle and all(op._bx_closed) and _unread(op, j, conc):
+        if op._bx_idle and all(q.closed for q in op._bx_inq) and _unread(op, j, conc):
             # Every input ended and the operator left input unread without taking
             # anything: nothing will run it again.
             op._bx_finished = True

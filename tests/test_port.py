@@ -1,0 +1,149 @@
+"""The one input port (bobox_sched/core/port.py): its bounded hand-off, waiters, end of
+stream and SPSC try-locks, and the core's use of it (a sender waits on the port it
+sent to)."""
+
+from collections import deque
+
+import pytest
+
+from bobox_sched.core.port import EMPTY, Port
+
+
+class LookHook(deque):
+    """A waiter list whose append runs `hook` right after the sender registered (a thread
+    switch between the registration and the sender's second look)."""
+
+    hook = None
+
+    def append(self, x):
+        super().append(x)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+
+
+def test_offer_into_a_full_port_registers_the_sender_and_refuses():
+    p = Port(2)
+    assert p.offer("a", "s1") and p.offer("b", "s1")
+    assert not p.offer("c", "s1")
+    assert list(p) == ["a", "b"] and list(p.waiters) == ["s1"]
+    assert p.popleft() == "a"
+    assert p.take_waiters() == ["s1"] and p.take_waiters() == []  # each waiter once
+
+
+def test_offer_takes_room_that_appeared_while_the_sender_registered():
+    """No sender waits for room that exists: the consumer pops (and drains the waiters,
+    finding none yet) between the sender's full check and its registration."""
+    p = Port(1)
+    p.append("a")
+    p.waiters = LookHook()
+    p.waiters.hook = p.popleft  # the consumer takes "a" right after the registration
+    assert p.offer("b", "s")
+    assert list(p) == ["b"]
+
+
+def test_capacity_must_be_a_positive_int():
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError):
+            Port(bad)
+
+
+def test_closed_port_ends_once_drained():
+    p = Port(4)
+    p.append("x")
+    p.close()
+    assert p.closed and not p.ended()
+    p.popleft()
+    assert p.ended()
+
+
+def test_ports_compare_by_identity_not_contents():
+    a, b = Port(1), Port(1)
+    assert a != b and a not in [b] and len({a, b}) == 2
+    assert a == a
+
+
+def test_take_on_an_emptied_port_is_a_failed_pop():
+    p = Port(3)
+    assert p.push(1) and p.push(2)
+    assert p.take() == 1
+    p.clear()  # a request that ends empties it under the consumer
+    assert p.take() is EMPTY
+
+
+def test_a_sender_waits_on_the_port_it_sent_to():
+    """The core registers a blocked sender on the receiver's port that refused it: a take
+    from the receiver's other input leaves it waiting, a take from its port wakes it."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from bobox_sched import Operator
+    from bobox_sched.core import task
+    from bobox_sched.core.operator import Context
+    from bobox_sched.core.packet import Packet
+
+    class Out(Operator):
+        outputs = ("out",)
+
+    class Two(Operator):
+        inputs = ("l", "r")
+        outputs = ()
+
+    pushed = []
+    policy = SimpleNamespace(push_immediate=lambda w, op: pushed.append(op),
+                             push_deferred=lambda req, op, w: pushed.append(op),
+                             push_on=lambda req, op, node=None, worker=None: pushed.append(op))
+    req = SimpleNamespace(ACTIVE="active", state="active", policy=policy)
+    a, b, j = Out(), Out(), Two()
+    for name, op in (("a", a), ("b", b), ("j", j)):
+        op._bind(name, req, 1)
+    a._bx_dst[0], b._bx_dst[0] = (j, 0), (j, 1)
+    w = SimpleNamespace(locality_sampler=None, node_id=None)
+    w.ctx = Context(w, None)
+    pk = Packet({"x": np.array([1])})
+    assert task._deliver(w, a, 0, pk) and task._deliver(w, b, 0, pk)
+    assert not task._deliver(w, a, 0, pk)  # 'l' is full: a waits on it
+    assert list(j._bx_inq[0].waiters) == [a] and not j._bx_inq[1].waiters
+    pushed.clear()
+    w.ctx.op = j
+    assert w.ctx.recv("r") is pk  # a take from the other input
+    assert a not in pushed and list(j._bx_inq[0].waiters) == [a]
+    assert w.ctx.recv("l") is pk  # a take from a's port
+    assert a in pushed and not j._bx_inq[0].waiters
+
+
+def test_a_producer_that_retries_is_registered_once():
+    p = Port(1)
+    p.append("a")
+    assert not p.offer("b", "s") and not p.offer("b", "s") and not p.offer("b", "t")
+    assert list(p.waiters) == ["s", "t"]
+
+
+def test_fence_is_a_barrier_only_without_the_gil(monkeypatch):
+    """sync.FENCED follows the interpreter: off under the GIL (the GIL orders every
+    bytecode), on without it, where fence() takes and releases its lock."""
+    import sys
+
+    from bobox_sched.core import sync
+
+    assert sync.FENCED is not sync._gil_enabled()
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    assert not sync._gil_enabled()
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+    assert sync._gil_enabled()
+    taken = []
+
+    class SpyLock:
+        def acquire(self):
+            taken.append("acquire")
+
+        def release(self):
+            taken.append("release")
+
+    monkeypatch.setattr(sync, "_fence_lock", SpyLock())
+    sync.fence()
+    assert taken == ([] if not sync.FENCED else ["acquire", "release"])
+    monkeypatch.setattr(sync, "FENCED", True)
+    sync.fence()
+    assert taken[-2:] == ["acquire", "release"]
