@@ -31,6 +31,38 @@ def guest4():
     return res
 
 
+def primed(name: str, checks: list[str], nodes: int, per_node: int, env: dict | None = None,
+           commands: tuple = ()) -> dict:
+    """Prime numba's cache for a guest of `nodes` x `per_node` CPUs on the host: run
+    `checks` of tests/vm_guest.py (and each argument list in `commands` as
+    ``python -m bobox_sched ...``) here, compiled for a generic CPU (NUMBA_CPU_NAME=generic:
+    the same cache key in the emulated guest) into .vmdata/numba-<name>, with the guest's
+    shape as virtual nodes (BOBOX_VM_PRIME_NODES: the worker count picks which kernels
+    run, the node count some argument types). Returns the environment that makes the
+    guest copy that cache before it imports numba (vm_guest._primed_cache): the guest
+    runs under emulation (QEMU TCG here), where compiling takes minutes a kernel set;
+    with the host's own shape the TStream guest compiled 4 kernels and ran past 600 s
+    in CI."""
+    vm = REPO / ".vmdata"
+    cache = vm / f"numba-{name}"
+    base = {"NUMBA_CPU_NAME": "generic", "BOBOX_KERNEL_CACHE": str(vm / "kernels"), **(env or {})}
+    host = {**os.environ, **base, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO),
+            "BOBOX_VM_PRIME_NODES": f"{nodes}x{per_node}"}
+    def run(cmd):
+        r = subprocess.run(cmd, cwd=REPO, env=host, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, (cmd, r.stderr[-3000:])
+        return r.stdout
+
+    if checks:
+        got = run([sys.executable, str(REPO / "tests" / "vm_guest.py"), *checks])
+        for c in checks:
+            line = next((x for x in got.splitlines() if x.startswith(f"@@RESULT {c} ")), None)
+            assert line is not None and '"error"' not in line, (c, got[-3000:])
+    for c in commands:
+        run([sys.executable, "-m", "bobox_sched", *c])
+    return {**base, "BOBOX_VM_PRIMED_CACHE": str(cache), "NUMBA_CACHE_DIR": "/tmp/numba-primed"}
+
+
 def expected_matrix(n, table):
     return [[10 if a == b else table[(min(a, b), max(a, b))] for b in range(n)] for a in range(n)]
 
@@ -86,8 +118,13 @@ def test_balancer_moves_work_off_an_overloaded_node(guest4):
 def guest2():
     """2 nodes x 2 CPUs: the machine of the locality goal."""
     require_vm()
+    data = {"BOBOX_VM_DATA": str(guest_data_dir())}
+    out = REPO / ".vmdata" / "prime-out"
+    env = primed("exp", ["tpch_mix"], 2, 2, data,
+                 commands=(["experiment", "numa-factor", "--quick", "--repeat", "1", "--out", str(out), "--data",
+                               data["BOBOX_VM_DATA"], "--no-progress"],))
     res = run_guest(["topology", "sched_pinning", "sched_locality", "experiments"], nodes=2, distances=DISTANCES_2,
-                    cpus_per_node=2, env={"BOBOX_VM_DATA": guest_data_dir()})
+                    cpus_per_node=2, env={**env, **data})
     for name, r in res.items():
         assert not (isinstance(r, dict) and "error" in r), f"{name}: {r.get('error')}"
     return res
@@ -123,10 +160,10 @@ def test_numa_experiments_on_two_nodes(guest2):
 
 @pytest.fixture(scope="module")
 def guest_regions():
-    """2 nodes x 1 CPU, only the parallel-region check: its kernels compile inside the
-    emulated guest (no usable cache there), which takes minutes on its own."""
+    """2 nodes x 1 CPU, only the parallel-region check, its kernels primed on the host."""
     require_vm()
-    res = run_guest(["regions_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=1, timeout=1700)
+    env = primed("regions", ["regions_numa"], 2, 1)
+    res = run_guest(["regions_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=1, timeout=1700, env=env)
     r = res["regions_numa"]
     assert not (isinstance(r, dict) and "error" in r), r.get("error")
     return res
@@ -150,24 +187,10 @@ def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
 
 @pytest.fixture(scope="module")
 def guest_txn():
-    """2 nodes x 2 CPUs running TStream. The chain kernels are compiled on the host for a
-    generic CPU first (NUMBA_CPU_NAME=generic: the same cache key in the emulated guest),
-    into a cache the guest copies, with the guest's nodes and CPUs per node as virtual
-    nodes (BOBOX_VM_PRIME_NODES): the worker count picks which kernels run and the node
-    count their argument types, so another shape leaves the guest compiling (4 kernels,
-    over 600 s in a loaded CI run)."""
+    """2 nodes x 2 CPUs running TStream, its chain kernels primed on the host (``primed``)."""
     require_vm()
-    vm = REPO / ".vmdata"
-    env = {"NUMBA_CPU_NAME": "generic", "BOBOX_KERNEL_CACHE": str(vm / "kernels")}
-    primed = vm / "numba-txn"
-    nodes, per_node = 2, 2
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "vm_guest.py"), "tstream_numa"], cwd=REPO,
-                       env={**os.environ, **env, "NUMBA_CACHE_DIR": str(primed), "PYTHONPATH": str(REPO),
-                            "BOBOX_VM_PRIME_NODES": f"{nodes}x{per_node}"},
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0 and "@@RESULT tstream_numa" in r.stdout, r.stderr[-3000:]
-    res = run_guest(["tstream_numa"], nodes=nodes, distances=DISTANCES_2, cpus_per_node=per_node,
-                    env={**env, "BOBOX_VM_TXN_CACHE": str(primed), "NUMBA_CACHE_DIR": "/tmp/numba-txn"})
+    env = primed("txn", ["tstream_numa"], 2, 2)
+    res = run_guest(["tstream_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=2, env=env)
     t = res["tstream_numa"]
     assert "error" not in t, t.get("error")
     return t

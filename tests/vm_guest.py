@@ -234,13 +234,8 @@ def tstream_numa():
     """TStream on real NUMA nodes (GS, every numa_mode): the nodes of the state's pages as
     the kernel reports them (move_pages), where the pool tasks ran, and every run
     against the serial oracle. Numba's cache for this check was primed on the host for a
-    generic CPU (BOBOX_VM_TXN_CACHE): compiling the chain kernels under emulation would
+    generic CPU (BOBOX_VM_PRIMED_CACHE): compiling the chain kernels under emulation would
     take far too long."""
-    import shutil
-
-    primed = os.environ.get("BOBOX_VM_TXN_CACHE")
-    if primed and os.environ.get("NUMBA_CACHE_DIR") and os.path.isdir(primed):
-        shutil.copytree(primed, os.environ["NUMBA_CACHE_DIR"], dirs_exist_ok=True)  # before numba is imported
     import numpy as np
 
     from bobox_sched import Scheduler
@@ -251,19 +246,7 @@ def tstream_numa():
     ev = app.events(3000, seed=3)
     dense, ref = oracle_of(app, app.make_store(), ev)
     out = {}
-    opts = {}
-    prime = os.environ.get("BOBOX_VM_PRIME_NODES")
-    if prime:
-        # On the host, priming the cache: the guest's shape (nodes x CPUs per node) as
-        # virtual nodes, so that the kernels compile for the guest's worker count (which
-        # picks each call's GIL-holding or releasing twin) and its segment tuples (one
-        # per node: a numba type of its own).
-        from topology import probe
-        from topology.virtual import virtual_topology
-
-        nodes, per_node = (int(x) for x in prime.split("x"))
-        opts = {"topology": virtual_topology(probe(), nodes), "threads_per_node": per_node, "pin": False}
-    with Scheduler(balance_interval=None, **opts) as s:
+    with Scheduler(balance_interval=None, **_prime_shape()) as s:
         out["workers"] = [w.node_id for w in s.workers]
         for mode, steal in (("shared-nothing", False), ("shared-per-socket", False), ("shared-everything", True)):
             store = app.make_store()
@@ -280,7 +263,57 @@ def tstream_numa():
     return out
 
 
+def _primed_cache() -> None:
+    """Copy numba's cache primed on the host (BOBOX_VM_PRIMED_CACHE, compiled for a
+    generic CPU: NUMBA_CPU_NAME=generic on both sides) into this guest's NUMBA_CACHE_DIR,
+    before anything imports numba: compiling under emulation takes minutes a kernel
+    set. Experiments run as subprocesses inherit both variables."""
+    import shutil
+
+    primed = os.environ.get("BOBOX_VM_PRIMED_CACHE")
+    dest = os.environ.get("NUMBA_CACHE_DIR")
+    if primed and dest and os.path.isdir(primed) and os.path.abspath(primed) != os.path.abspath(dest):
+        shutil.copytree(primed, dest, dirs_exist_ok=True)
+
+
+def _prime_shape() -> dict:
+    """Scheduler options for a run on the host that primes the cache for a guest of
+    BOBOX_VM_PRIME_NODES ("<nodes>x<CPUs per node>") as virtual nodes: the worker count
+    picks which kernels run (GIL-holding or releasing twins, parallel plans) and the node
+    count some argument types (one store segment per node), so another shape leaves the
+    guest compiling. Empty in the guest itself."""
+    prime = os.environ.get("BOBOX_VM_PRIME_NODES")
+    if not prime:
+        return {}
+    from topology import probe
+    from topology.virtual import virtual_topology
+
+    nodes, per_node = (int(x) for x in prime.split("x"))
+    return {"topology": virtual_topology(probe(), nodes), "threads_per_node": per_node, "pin": False}
+
+
+@check
+def tpch_mix():
+    """The TPC-H mix of ``experiment numa-placement --quick``, once: run on the host to
+    prime the guest's cache (the experiment itself skips on a one-node host)."""
+    from types import SimpleNamespace
+
+    from bobox_sched import Scheduler
+    from experiments.locality import _mix_queries, _timed_mix
+    from experiments.workload import build_plans, choose_parallel
+
+    queries = _mix_queries(SimpleNamespace(quick=True))
+    copies = 2
+    with Scheduler(balance_interval=None, **_prime_shape()) as s:
+        plans = build_plans(queries, os.environ["BOBOX_VM_DATA"], choose_parallel(copies * len(queries), len(s.workers)))
+        _timed_mix(s, plans, 1)
+        _timed_mix(s, plans, copies)
+        workers = len(s.workers)
+    return {"queries": queries, "workers": workers}
+
+
 def main(names):
+    _primed_cache()
     for name in names:
         try:
             result = CHECKS[name]()
