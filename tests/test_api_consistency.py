@@ -13,6 +13,7 @@ from test_stream_substrate import ObliviousSink
 
 from bobox_sched import Plan, Scheduler, Source, StreamOperator
 from bobox_sched.core.packet import Packet
+from bobox_sched.core.errors import BoboxError, OperatorError
 from bobox_sched.control import model as M
 
 POLICIES = ["bobox", "simple", "ordered", "streams"]
@@ -122,6 +123,9 @@ def test_misdeclared_operator_imports_from_where_the_readme_names_it():
         h = s.submit(plan, parallelism=2)
         with pytest.raises(MisdeclaredOperator, match="declared EXACTLY_ONE"):
             h.result(timeout=120)
+        # One family of runtime errors: a broken declaration is an operator breaking the
+        # runtime's protocol, caught like the others (except OperatorError / BoboxError).
+        assert isinstance(h.exception(), OperatorError) and isinstance(h.exception(), BoboxError)
 
 
 # -- TxnSink: the same result types with and without events --------------------------------

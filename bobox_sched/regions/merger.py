@@ -64,6 +64,7 @@ from collections import deque
 
 import numpy as np
 
+from bobox_sched.core.errors import OperatorError
 from bobox_sched.core.operator import Operator
 from bobox_sched.core.packet import Packet, PacketSpec
 from bobox_sched.regions import kernels as FK
@@ -89,10 +90,12 @@ _CODE = {SEQNO: FK.ORD_SEQNO, STRICT: FK.ORD_STRICT, RELAXED: FK.ORD_RELAXED}
 _EMPTY_SEQ = np.empty(0, np.int64)
 
 
-class MisdeclaredOperator(RuntimeError):
+class MisdeclaredOperator(OperatorError, RuntimeError):
     """A channel delivered what its region's declarations rule out (an operator declared
     ExactlyOne dropped or added rows, a selective one duplicated rows, ...): the merger
-    stops the request with this error instead of waiting forever."""
+    stops the request with this error instead of waiting forever. An ``OperatorError``
+    (the operator broke what it declared), so a ``BoboxError`` like every runtime error;
+    still a ``RuntimeError``, as it was."""
 
 
 def _ready_py(strategy: str, t: int, last: int, last_chan: int, last_ctrl: bool, steady: bool, seen_top: int,
