@@ -34,6 +34,7 @@ import numpy as np
 
 from bobox_sched.txn.config import partition_of_key
 from bobox_sched.txn.funs import kernels
+from bobox_sched.txn.kernels.fields import INF_TS
 
 SCHEME_CODES = {"lock": 1, "mvlk": 2, "pat": 3, "nolock": 4}
 MAX_RECORDS_PER_TXN = 64
@@ -50,7 +51,6 @@ def ring_size(executors: int) -> int:
 SyncState = namedtuple("SyncState", "ctr pctr pseq part_of issued w_issued done w_done w_reg w_com wq inflight")
 Scratch = namedtuple("Scratch", "st recs rtmp pre save")
 
-INF_TS = 2**62
 
 
 class BaselineState:

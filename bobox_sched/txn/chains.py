@@ -30,13 +30,14 @@ from collections import namedtuple
 
 import numpy as np
 
+from bobox_sched.txn.kernels.fields import NF
+
 BatchArrays = namedtuple(
     "BatchArrays",
     "oi of o_viol ch ch_next ch_snap ch_sval ch_own pool_off pool_nch pool_cur rec_chain rec_ver "
     "cond_off conds c_param aborted verdict res aux_snap",
 )
 
-NF = 8  # operation fields (kernels/fields.py F_*)
 
 
 def new_batch(group, nops: int, ntx: int, npools: int, pool_off: np.ndarray, res: np.ndarray,

@@ -92,7 +92,8 @@ from topology import current_node
 from bobox_sched.core.operator import Operator
 from bobox_sched.core.task import claim, schedule
 from bobox_sched.core.worker import current_worker
-from bobox_sched.txn.chains import NF, new_batch
+from bobox_sched.txn.chains import new_batch
+from bobox_sched.txn.kernels.fields import NF
 from bobox_sched.txn.funs import EntryCache, kernel_for, kernels
 from bobox_sched.txn.placement import make_placement, place_store
 
@@ -120,7 +121,6 @@ LOOKAHEAD = 1
 # (50 000 operations: 1-2.5 ms of walking at 20-50 ns each, below the 5 ms switch
 # interval at which CPython would preempt a Python thread).
 ONE_TASK_HELD = 50_000
-INF_TS = 2**62
 
 _GROUPS_LOCK = threading.Lock()
 

@@ -32,10 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from bobox_sched.txn.funs import Cond, Fun
+from bobox_sched.txn.kernels.fields import NF, READ, RMW, WRITE
 from bobox_sched.txn.table import StateTable
 
-NF = 8
-READ, WRITE, RMW = 0, 1, 2
 # Operations one state_access call may issue per row: the baselines take a lock per
 # record of a transaction in a fixed-size scratch (64 records), the oracle 256.
 MAX_OPS_PER_TXN = 255
