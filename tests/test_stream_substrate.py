@@ -15,7 +15,7 @@ from bobox_sched import Operator, Plan, Scheduler, Source, StreamOperator
 from bobox_sched.core.errors import RequestCancelled
 from bobox_sched.core.packet import Packet
 from bobox_sched.control import model as M
-from bobox_sched.control.punct import Batch, Marker, Pulse, Punctuation, Window
+from bobox_sched.control.punct import Batch, Marker, Pulse, Punctuation, Watermark, Window
 from bobox_sched.core.sources import GeneratorSource, QueueSource, StreamChannel
 
 POLICIES = ["bobox", "simple", "streams"]
@@ -204,6 +204,54 @@ def test_inputs_that_wait_at_different_windows_fail_the_request(policy):
         with pytest.raises(OperatorError, match=r"operator 'j': its inputs wait at different punctuations "
                                                 r"\('a' at Window\(wid=0\), 'b' at Window\(wid=10\)\)"):
             h.result(timeout=60)
+
+
+def rows_with_watermarks(first, times, every=5):
+    """Rows first, first+1, ... with Watermark(times[k]) after the k-th group of `every`."""
+    out = []
+    for k, t in enumerate(times):
+        out.extend(range(first + k * every, first + (k + 1) * every))
+        out.append(Watermark(t))
+    return out
+
+
+@pytest.mark.parametrize("buffers", [1, 4])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_fan_in_forwards_the_minimum_watermark_of_its_inputs(policy, buffers):
+    """Watermarks are not aligned but merged: the 2-input operator sends the minimum over
+    its inputs' latest watermarks each time it advances, never a time that one input has
+    not reached, never one twice; no input is held back for them (every row arrives)."""
+    a = rows_with_watermarks(0, [10, 20, 30, 40])
+    b = rows_with_watermarks(100, [5, 25, 26, 50])
+    with sched(policy, buffer_packets=buffers) as s:
+        seen = s.submit(fan_in(a, b)).result(timeout=60)
+    wms = [v.t for v in seen if isinstance(v, Watermark)]
+    assert wms == sorted(set(wms)) and set(wms) <= {5, 10, 20, 25, 26, 30, 40, 50}, seen
+    assert wms[-1] == 50, seen  # once both ended: the largest watermark seen
+    assert sorted(v for v in seen if type(v) is int) == list(range(20)) + list(range(100, 120)), seen
+    # Never ahead of an input: a row of input X after X's g-th watermark is taken after
+    # it and before X's next, so every watermark sent before that row is at most X's
+    # g-th time (and none precedes a row before X's first watermark).
+    last = None
+    for v in seen:
+        if isinstance(v, Watermark):
+            last = v.t
+        elif type(v) is int:
+            first, times = (0, [10, 20, 30, 40]) if v < 100 else (100, [5, 25, 26, 50])
+            g = (v - first) // 5
+            assert (last is None) if g == 0 else (last is None or last <= times[g - 1]), (v, last, seen)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_input_without_watermarks_holds_the_minimum_back_until_it_ends(policy):
+    """Input b sends no watermark: none leaves while b is open (its event time is
+    unknown); once b ended, a's watermarks leave as they come (the last is a's last)."""
+    with sched(policy) as s:
+        seen = s.submit(fan_in(rows_with_watermarks(0, [10, 20, 30]), list(range(100, 110)))).result(timeout=60)
+    wms = [k for k, v in enumerate(seen) if isinstance(v, Watermark)]
+    times = [seen[k].t for k in wms]
+    assert times and times == sorted(set(times)) and set(times) <= {10, 20, 30} and times[-1] == 30, seen
+    assert max(k for k, v in enumerate(seen) if type(v) is int and v >= 100) < wms[0], seen
 
 
 @pytest.mark.parametrize("policy", POLICIES)

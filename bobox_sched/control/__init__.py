@@ -22,7 +22,7 @@ from bobox_sched.control.model import (
     Partitioned,
     model_of,
 )
-from bobox_sched.control.punct import Batch, Marker, Pulse, Punctuation, Window
+from bobox_sched.control.punct import Batch, Marker, Pulse, Punctuation, Watermark, Window
 
 __all__ = [
     "ALWAYS",
@@ -42,6 +42,7 @@ __all__ = [
     "REMOVES",
     "STATELESS",
     "UNKNOWN",
+    "Watermark",
     "Window",
     "model_of",
 ]

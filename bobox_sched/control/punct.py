@@ -9,6 +9,8 @@ packets, and are never rows.
 * :class:`Marker` is a latency marker (Prasaad et al. section 5): stamped at ingress,
   forwarded by the runtime through every operator that preserves punctuations, and
   measured at the sink: processing latency.
+* :class:`Watermark` is event-time progress ("no row below ``t`` follows"); a fan-in
+  forwards the minimum over its inputs.
 * :class:`Batch` delimits a transaction batch (TStream's punctuation).
 * :class:`End` is the *final* punctuation, end of stream: ``ctx.close(port)`` sends the
   one instance ``END`` (``EOS`` is the same object). It keeps its own fast path (a
@@ -97,6 +99,20 @@ class Marker(Punctuation):
 
     def __hash__(self) -> int:
         return hash(("Marker", self.t0))
+
+
+class Watermark(Punctuation):
+    """Event-time progress: no row with a time below `t` follows on this stream. At an
+    operator with several inputs the runtime forwards the *minimum* over its inputs
+    (``core.task.Alignment``), each time that minimum advances, instead of aligning
+    equal punctuations: a watermark never holds an input back."""
+
+    __slots__ = ("t",)
+    kind = "watermark"
+
+    def __init__(self, t, seq: int | None = None):
+        super().__init__(seq)
+        self.t = t
 
 
 class Batch(Punctuation):

@@ -112,7 +112,7 @@ import sys
 from bobox_sched.core.errors import OperatorError, OperatorStalled
 from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.control.punct import END as EOS
-from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
+from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation, Watermark
 
 # Re-queues for unread input without a packet taken or sent, after which an operator is
 # stalled and its request fails ("No progress" above). Legitimate plans never pass 1
@@ -239,6 +239,9 @@ def take_input(worker, op, j: int):
     while q:
         if al is not None and al.oblivious[j] and isinstance(q[0], Punctuation) \
                 and not isinstance(q[0], RUNTIME_ONLY):
+            if q[0].__class__ is Watermark:
+                _watermark(worker, op, al, j, q)
+                continue  # taken off; the minimum over the inputs forwarded if it advanced
             if not _align(worker, op, j, q[0]):
                 return None  # it waits at the head of this input for the others (Alignment)
             continue  # taken off every input and forwarded once
@@ -254,7 +257,7 @@ def take_input(worker, op, j: int):
         if sampler is not None:
             sampler(worker, pkt)
         return pkt
-    if al is not None and al.pending and q.closed:
+    if al is not None and q.closed and (al.pending or al.marks):
         _align_ended(worker, op)  # this input ended: what waited for it may go on
     return None
 
@@ -276,12 +279,22 @@ class Alignment:
     they arrived. Only the thread running the operator touches it (the token), like the
     input buffers' heads. Inputs that wait at *different* punctuations while every other
     input has ended or waits too can never go on: the operator fails with an
-    ``OperatorError`` naming them (a fan-in must see its punctuations in one order)."""
+    ``OperatorError`` naming them (a fan-in must see its punctuations in one order).
 
-    __slots__ = ("pending", "oblivious", "released")
+    A :class:`~bobox_sched.control.punct.Watermark` is not held: it is taken off its input
+    at once and recorded in ``marks[j]`` (the input's latest), and a watermark of the
+    minimum over the inputs that have not ended is sent when that minimum advances past
+    the last one sent (``sent``); an input without a watermark yet holds the minimum
+    back, one that ended no longer counts (its event time is infinite), and once every
+    input ended the largest watermark seen is sent (if it advanced). Flink's rule: an
+    operator's event time is the minimum of its inputs'. Same owner as ``pending``."""
+
+    __slots__ = ("pending", "oblivious", "released", "marks", "sent")
 
     def __init__(self, oblivious):
         self.pending: dict = {}
+        self.marks: dict = {}  # input -> the time of its latest watermark
+        self.sent = None  # the time of the last watermark sent
         self.oblivious = tuple(oblivious)  # per input: aligned here (not expecting)
         # A release took punctuations off inputs other than the one being read: the
         # operator may have passed them already in this run, so it runs again (the
@@ -342,9 +355,50 @@ def _align(worker, op, j: int, p) -> bool:
     return False
 
 
+def _watermark(worker, op, al, j: int, q) -> None:
+    """The watermark at the head of aligned input `j` (port `q`): take it off, record it,
+    send the minimum over the inputs if it advanced (Alignment)."""
+    wm = q.popleft()  # at the head: only this thread takes from it
+    if q.waiters:
+        _wake_waiters(worker, q)
+    op._bx_idle = 0  # progress
+    prev = al.marks.get(j)
+    if prev is None or wm.t > prev:
+        al.marks[j] = wm.t
+    _send_min_watermark(worker, op, al)
+
+
+def _send_min_watermark(worker, op, al) -> None:
+    low = high = None
+    open_inputs = False
+    for k, ob in enumerate(al.oblivious):
+        if not ob:
+            continue
+        t = al.marks.get(k)
+        if t is not None and (high is None or t > high):
+            high = t
+        if _ended(op, k):
+            continue  # an ended input's event time is infinite
+        open_inputs = True
+        if t is None:
+            return  # an input without a watermark yet holds event time back
+        if low is None or t < low:
+            low = t
+    if not open_inputs:
+        low = high  # every input ended: event time reached every watermark seen
+    if low is not None and (al.sent is None or low > al.sent):
+        al.sent = low
+        wm = Watermark(low)
+        for i in op._bx_ppreserve:
+            send(worker, op, i, wm)
+
+
 def _align_ended(worker, op) -> None:
-    """An aligned input ended: release, in arrival order, what no longer waits for it."""
+    """An aligned input ended: release, in arrival order, what no longer waits for it;
+    send the watermark minimum over the inputs left if it advanced."""
     al = op._bx_align
+    if al.marks:
+        _send_min_watermark(worker, op, al)
     for p, waiting in list(al.pending.items()):
         if _passed_or_ended(op, al, waiting):
             _release_aligned(worker, op, al, p, waiting)
