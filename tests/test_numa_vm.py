@@ -11,7 +11,9 @@ import sys
 import pytest
 from numa_vm import DISTANCES_2, DISTANCES_4, REPO, guest_data_dir, run_guest, unavailable_reason
 
-pytestmark = [pytest.mark.vm, pytest.mark.slow]
+# Each guest boots an emulated machine (QEMU TCG here) and its fixture first primes numba's
+# cache on the host: minutes each, more on a loaded CI machine than the default 600 s.
+pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def require_vm():
@@ -169,7 +171,6 @@ def guest_regions():
     return res
 
 
-@pytest.mark.timeout(1800)
 def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
     """Parallel-region channels spread over the nodes (channel c on node slot c): every
     channel ran only on its node, its state's pages are there (the kernel says), both
@@ -196,7 +197,6 @@ def guest_txn():
     return t
 
 
-@pytest.mark.timeout(1800)  # like the regions guest: priming the kernels on the host, then TStream under emulation
 def test_tstream_state_pages_on_their_pools_nodes(guest_txn):
     """Every store segment's pages are on the node it was placed for (the kernel's
     answer), every run equals the serial oracle, and without stealing every pool task
