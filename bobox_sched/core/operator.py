@@ -390,7 +390,8 @@ class StreamOperator(Operator):
         # The runtime's fields live on ctx.op: this operator itself, or the bound wrapper
         # that runs it (a parallel region's channel operator).
         rt = ctx.op
-        budget = 2 * max((q.capacity for q in rt._bx_inq), default=1)
+        inq = rt._bx_inq
+        budget = 2 * inq[0].capacity if inq else 2  # an operator's ports share one capacity (_bind)
         for i, port in enumerate(self.inputs):
             for _ in range(budget):
                 if ctx.blocked:
