@@ -147,3 +147,11 @@ def test_fence_is_a_barrier_only_without_the_gil(monkeypatch):
     monkeypatch.setattr(sync, "FENCED", True)
     sync.fence()
     assert taken[-2:] == ["acquire", "release"]
+
+
+def test_drop_empties_the_buffer_and_the_waiters():
+    p = Port(1)
+    p.append("a")
+    assert not p.offer("b", "s")
+    p.drop()
+    assert not p and not p.waiters

@@ -187,8 +187,7 @@ class Context:
             i = op._bx_inidx[port]
         except KeyError:
             raise _no_port(op, "input", port) from None
-        q = op._bx_inq[i]
-        return q.closed and not q
+        return op._bx_inq[i].ended()
 
     def all_eos(self) -> bool:
         for q in self.op._bx_inq:

@@ -7,13 +7,15 @@ and punctuations (a ``deque`` subclass, so that the hand-off itself, ``append`` 
 and the producer and consumer try-locks of Schneider & Wu's ``SPSCEnforcer``. Every
 policy queues an operator's input in Ports:
 
-* the core (``bobox``, ``simple``, ``ordered``'s runtime-run operators): ``op._bx_inq[j]``
-  is input j's Port; ``task._deliver`` offers into it (:meth:`offer`, registering the
-  sender in ``waiters`` when full), ``take_input``/``Context.recv`` pop it and wake the
-  waiters (:meth:`take_waiters`), the end of stream is :meth:`close`;
+* the core policies (``bobox``, ``simple``): ``op._bx_inq[j]`` is input j's Port;
+  ``task._deliver`` offers into it (:meth:`offer`, its common case inlined; registering
+  the sender in ``waiters`` when full), ``take_input``/``Context.recv`` pop it and wake
+  the waiters (:meth:`take_waiters`), the end of stream is :meth:`close`, the request's
+  end :meth:`drop`;
 * ``ordered``: a stateless, stateful or sink stage's worklist is a Port of units (one
-  producer, the upstream's drainer; its consumers, the stage's allotted workers, only
-  shrink it), whose waiters are the upstream stage waiting for room (``stage.py``);
+  producer, the upstream's drainer; its consumers, the stage's allotted workers, may be
+  several: each ``popleft`` is atomic and they only shrink it, so the producer's check
+  holds), whose waiters are the upstream stage waiting for room (``stage.py``);
 * ``streams``: each port record's queue (``PortRecord.q``) is a Port whose ``prod`` and
   ``cons`` try-locks are the paper's flags (:meth:`push`, :meth:`take`), and ``execute``
   hands the one tuple it runs to the operator through ``op._bx_inq[j]``, as above;
@@ -38,9 +40,9 @@ Protocol (who may touch what, when):
 * ``prod``/``cons``: ``threading.Lock`` used as atomic flags, ``acquire(False)`` only
   (one C-level test-and-set); whoever holds ``cons`` is the one thread that may pop
   and execute the port, so items are executed in the order they were pushed.
-* :meth:`drop` (a request ended or its operator finished): any thread empties the buffer
-  and the waiters; a producer that raced past the check appends to a buffer nobody
-  reads, which is dropped with the request.
+* :meth:`drop` (the request ended): any thread empties the buffer and the waiters; a
+  producer that raced past the check appends to a buffer nobody reads, which is dropped
+  with the request.
 
 The atomicity each step needs (a deque ``append``/``popleft``/``len``/``clear``, an
 attribute store, a lock's test-and-set) and the one fence a free-threaded build needs
@@ -129,12 +131,10 @@ class Port(deque):
         """Consumer: the end of stream came and every item before it was taken."""
         return self.closed and not self
 
-    def drop(self) -> int:
-        """Empty the buffer and the waiters (the request ended or the operator finished);
-        returns how many items were dropped."""
-        n = len(self)
+    def drop(self) -> None:
+        """Empty the buffer and the waiters (the request ended): one atomic step each."""
         self.clear()
-        return n
+        self.waiters.clear()
 
     # -- streams' SPSCEnforcer (Schneider & Wu Fig. 2) ----------------------------------------
     def push(self, item) -> bool:

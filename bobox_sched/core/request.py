@@ -166,8 +166,7 @@ class Request:
                 # drops them (run_task sees the request is over).
                 for op in ops.values():
                     for q in op._bx_inq:
-                        q.clear()  # one atomic step each; a racing sender's packet dies with op
-                        q.waiters.clear()
+                        q.drop()  # a racing sender's packet dies with op
             results = self.results
             if state != self.DONE:
                 self.results = {}

@@ -182,7 +182,7 @@ def _deliver(worker, src, i: int, item) -> bool:
         return True  # the receiver finished early (e.g. a limit): drop
     q = dst._bx_inq[j]
     if item is EOS:
-        q.closed = True
+        q.close()
     elif len(q) < q.capacity:
         q.append(item)  # Port.offer's common case, inlined (one call less per packet)
     elif not q.offer(item, src):
@@ -221,12 +221,7 @@ def flush(worker, op) -> bool:
 
 def _wake_waiters(worker, q) -> None:
     """Schedule the senders waiting for room in port `q` (deferred tasks)."""
-    waiters = q.waiters
-    while waiters:
-        try:
-            w = waiters.popleft()
-        except IndexError:  # another drainer (a finishing run) took the last one
-            return
+    for w in q.take_waiters():
         schedule(w, worker, False)
 
 
@@ -314,8 +309,7 @@ class Alignment:
 
 def _ended(op, k: int) -> bool:
     """Input k got its end of stream and nothing is left in its buffer (``at_eos``)."""
-    q = op._bx_inq[k]
-    return q.closed and not q
+    return op._bx_inq[k].ended()
 
 
 def _passed_or_ended(op, al, waiting) -> bool:

@@ -344,7 +344,7 @@ class StreamsBase(Policy):
         j = port.index
         conc = port.concurrent
         if item is EOS:
-            op._bx_inq[j].closed = True
+            op._bx_inq[j].close()
         elif item is RERUN:
             j = -1
         else:
