@@ -409,6 +409,13 @@ def gone(procs, timeout=15.0) -> bool:
     return False
 
 
+# The scale factor of the datagen runs that a test interrupts once the generator wrote its
+# first MB. tpchgen-cli writes SF 1 in about 10 s here, its first MB after about 5 s: a
+# loaded machine could reach SF 1's end before the signal (CI once saw "done" and exit 0).
+# SF 4 keeps about 35 s between the first MB and the end; interrupted, it writes little.
+INTERRUPTED_SF = "4"
+
+
 def start_and_wait_for_staging(args, parent: Path, name: str, log: Path, new_session=False):
     """Start bobox (stdout and stderr to `log`: Spark writes more than a pipe holds);
     return (process, generator processes, staging folder) once the generator has written
@@ -435,7 +442,8 @@ def start_and_wait_for_staging(args, parent: Path, name: str, log: Path, new_ses
 def test_killed_datagen_leaves_no_generator_and_no_staging(tmp_path, sig):
     work, log = tmp_path / "work", tmp_path / "log"
     work.mkdir()
-    p, kids, staging = start_and_wait_for_staging(["datagen", "--sf", "1", "--out", work / "d"], work, "d", log)
+    p, kids, staging = start_and_wait_for_staging(["datagen", "--sf", INTERRUPTED_SF, "--out", work / "d"], work, "d",
+                                                  log)
     p.send_signal(sig)
     p.wait(timeout=60)
     err = log.read_text()
@@ -449,8 +457,8 @@ def test_killed_datagen_leaves_no_generator_and_no_staging(tmp_path, sig):
 def test_sigkilled_datagen_generator_dies_and_next_run_removes_the_staging(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    p, kids, staging = start_and_wait_for_staging(["datagen", "--sf", "1", "--out", work / "d"], work, "d",
-                                                  tmp_path / "log")
+    p, kids, staging = start_and_wait_for_staging(["datagen", "--sf", INTERRUPTED_SF, "--out", work / "d"], work,
+                                                  "d", tmp_path / "log")
     p.kill()  # nothing of ours runs: the kernel's parent-death signal ends the generator
     p.wait(timeout=60)
     assert gone(kids), kids
