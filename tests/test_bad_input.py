@@ -421,8 +421,11 @@ def start_and_wait_for_staging(args, parent: Path, name: str, log: Path, new_ses
     return (process, generator processes, staging folder) once the generator has written
     at least 1 MB into the staging folder in `parent`."""
     with open(log, "w") as fh:
+        # SIGINT as a terminal's foreground process has it: a test run started in the
+        # background (`cmd &` in a script) ignores SIGINT, and a child inherits that.
         p = subprocess.Popen([sys.executable, "-m", "bobox_sched", *map(str, args)], stdout=fh, stderr=fh,
-                             cwd=ROOT, start_new_session=new_session)
+                             cwd=ROOT, start_new_session=new_session,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         assert p.poll() is None, log.read_text()[-3000:]
