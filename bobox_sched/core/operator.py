@@ -191,7 +191,7 @@ class Context:
 
     def all_eos(self) -> bool:
         for q in self.op._bx_inq:
-            if q or not q.closed:
+            if not q.ended():
                 return False
         return True
 

@@ -73,6 +73,18 @@ def register_waiter(waiters: deque, sender) -> None:
         waiters.append(sender)
 
 
+def take_waiters(waiters: deque) -> list:
+    """Consumer: pop every registration of a port's `waiters`, each once (several
+    consumers may drain at the same time: each ``popleft`` goes to one of them)."""
+    out = []
+    while waiters:
+        try:
+            out.append(waiters.popleft())
+        except IndexError:  # another drainer took the last one
+            break
+    return out
+
+
 class Port(deque):
     """One operator input's bounded buffer (module doc). ``len(port)`` and ``bool(port)``
     are the buffer's; the hand-off is ``append`` and ``popleft``."""
@@ -114,14 +126,7 @@ class Port(deque):
     def take_waiters(self) -> list:
         """Consumer, after a pop (or a drop): the senders that waited for room, each
         once; the caller schedules them."""
-        w = self.waiters
-        out = []
-        while w:
-            try:
-                out.append(w.popleft())
-            except IndexError:  # another drainer took the last one
-                break
-        return out
+        return take_waiters(self.waiters)
 
     def close(self) -> None:
         """Producer: the end of stream, after its last item."""
@@ -170,4 +175,4 @@ class Port(deque):
     __hash__ = object.__hash__
 
 
-__all__ = ["EMPTY", "Port", "register_waiter"]
+__all__ = ["EMPTY", "Port", "register_waiter", "take_waiters"]

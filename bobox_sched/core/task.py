@@ -457,7 +457,8 @@ def _finish(worker, op) -> None:
     op._bx_finished = True
     for q in op._bx_inq:
         q.clear()
-        _wake_waiters(worker, q)
+        if q.waiters:
+            _wake_waiters(worker, q)
 
 
 def run_task(worker, op) -> None:

@@ -52,7 +52,6 @@ SyncState = namedtuple("SyncState", "ctr pctr pseq part_of issued w_issued done 
 Scratch = namedtuple("Scratch", "st recs rtmp pre save")
 
 
-
 class BaselineState:
     """The shared sync state of one group's executors, and each executor's scratch."""
 

@@ -39,7 +39,6 @@ BatchArrays = namedtuple(
 )
 
 
-
 def new_batch(group, nops: int, ntx: int, npools: int, pool_off: np.ndarray, res: np.ndarray,
               verdict: np.ndarray, cond_off: np.ndarray, conds: np.ndarray, c_param: np.ndarray) -> BatchArrays:
     """Arrays for a batch of `nops` operations and `ntx` transactions (reusing the

@@ -68,7 +68,7 @@ from bobox_sched.core.errors import OperatorError
 from bobox_sched.core.operator import EOS, Context, _no_port
 from bobox_sched.core.task import release
 from bobox_sched.core.packet import Packet
-from bobox_sched.core.port import Port, register_waiter
+from bobox_sched.core.port import Port, register_waiter, take_waiters
 from bobox_sched.control import model as _model
 from bobox_sched.core.sync import Credits, serials
 from bobox_sched.policies.ordered.hybrid import HybridQueue, PartitionedQueues, make_queues
@@ -325,12 +325,7 @@ class Stage:
     def _wake_up(self) -> None:
         """A consumer took a unit: the upstream's drain, stopped by our full worklist, may
         go on."""
-        w = self.waiters
-        while w:
-            try:
-                up = w.popleft()
-            except IndexError:  # another consumer took the last one
-                return
+        for up in take_waiters(self.waiters):
             self.policy.push_drain(up)
 
     # -- scheduling view ----------------------------------------------------------------------
