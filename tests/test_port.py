@@ -1,6 +1,6 @@
 """The one input port (bobox_sched/core/port.py): its bounded hand-off, waiters, end of
-stream and SPSC try-locks, and the core's use of it (a sender waits on the port it
-sent to)."""
+stream and SPSC try-locks. The core's use of it (a sender waits on the port it sent to)
+is in test_task_races.py, beside the other delivery interleavings."""
 
 from collections import deque
 
@@ -69,48 +69,6 @@ def test_take_on_an_emptied_port_is_a_failed_pop():
     assert p.take() == 1
     p.clear()  # a request that ends empties it under the consumer
     assert p.take() is EMPTY
-
-
-def test_a_sender_waits_on_the_port_it_sent_to():
-    """The core registers a blocked sender on the receiver's port that refused it: a take
-    from the receiver's other input leaves it waiting, a take from its port wakes it."""
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    from bobox_sched import Operator
-    from bobox_sched.core import task
-    from bobox_sched.core.operator import Context
-    from bobox_sched.core.packet import Packet
-
-    class Out(Operator):
-        outputs = ("out",)
-
-    class Two(Operator):
-        inputs = ("l", "r")
-        outputs = ()
-
-    pushed = []
-    policy = SimpleNamespace(push_immediate=lambda w, op: pushed.append(op),
-                             push_deferred=lambda req, op, w: pushed.append(op),
-                             push_on=lambda req, op, node=None, worker=None: pushed.append(op))
-    req = SimpleNamespace(ACTIVE="active", state="active", policy=policy)
-    a, b, j = Out(), Out(), Two()
-    for name, op in (("a", a), ("b", b), ("j", j)):
-        op._bind(name, req, 1)
-    a._bx_dst[0], b._bx_dst[0] = (j, 0), (j, 1)
-    w = SimpleNamespace(locality_sampler=None, node_id=None)
-    w.ctx = Context(w, None)
-    pk = Packet({"x": np.array([1])})
-    assert task._deliver(w, a, 0, pk) and task._deliver(w, b, 0, pk)
-    assert not task._deliver(w, a, 0, pk)  # 'l' is full: a waits on it
-    assert list(j._bx_inq[0].waiters) == [a] and not j._bx_inq[1].waiters
-    pushed.clear()
-    w.ctx.op = j
-    assert w.ctx.recv("r") is pk  # a take from the other input
-    assert a not in pushed and list(j._bx_inq[0].waiters) == [a]
-    assert w.ctx.recv("l") is pk  # a take from a's port
-    assert a in pushed and not j._bx_inq[0].waiters
 
 
 def test_a_producer_that_retries_is_registered_once():

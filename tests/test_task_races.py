@@ -137,6 +137,32 @@ def test_recv_fast_path_never_strands_a_sender_that_registered_during_the_take()
     )
 
 
+class TwoInputs(Operator):
+    inputs = ("l", "r")
+    outputs = ()
+
+
+def test_a_sender_waits_on_the_port_it_sent_to():
+    """Invariant: a blocked sender is registered on the receiver's port that refused it
+    (core/port.py): a take from the receiver's other input leaves it waiting, a take
+    from its port wakes it."""
+    req = FakeRequest()
+    a, b, j = Sender(), Sender(), TwoInputs()
+    for name, op in (("a", a), ("b", b), ("j", j)):
+        op._bind(name, req, 1)
+    a._bx_dst[0], b._bx_dst[0] = (j, 0), (j, 1)
+    w = fake_worker()
+    assert task._deliver(w, a, 0, pkt(0)) and task._deliver(w, b, 0, pkt(1))
+    assert not task._deliver(w, a, 0, pkt(2))  # 'l' is full: a waits on it
+    assert list(j._bx_inq[0].waiters) == [a] and not j._bx_inq[1].waiters
+    req.policy.pushed.clear()
+    w.ctx.op = j
+    assert int(w.ctx.recv("r")["x"][0]) == 1  # a take from the other input
+    assert a not in req.policy.pushed and list(j._bx_inq[0].waiters) == [a]
+    assert int(w.ctx.recv("l")["x"][0]) == 0  # a take from a's port
+    assert a in req.policy.pushed and not j._bx_inq[0].waiters
+
+
 # -- every single preemption ------------------------------------------------------------
 #
 # A model of two threads: one task runs ("main"), and at its n-th bytecode inside the
