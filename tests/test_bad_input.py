@@ -410,9 +410,9 @@ def gone(procs, timeout=15.0) -> bool:
 
 
 # The scale factor of the datagen runs that a test interrupts once the generator wrote its
-# first MB. tpchgen-cli writes SF 1 in about 10 s here, its first MB after about 5 s: a
-# loaded machine could reach SF 1's end before the signal (CI once saw "done" and exit 0).
-# SF 4 keeps about 35 s between the first MB and the end; interrupted, it writes little.
+# first MB. tpchgen-cli writes SF 1 in about 10 s here, its first MB after about 5 s; SF 4
+# keeps about 35 s between the first MB and the end (margin for a loaded machine), and
+# interrupted it writes as little.
 INTERRUPTED_SF = "4"
 
 
