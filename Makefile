@@ -4,6 +4,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
+# pytest-xdist workers for `make test`: modules dealt out whole (--dist loadscope), in
+# tests/conftest.py's order, the NUMA-VM modules first (--no-loadscope-reorder: xdist
+# would sort modules by test count). Most tests keep about one core busy (the runtime is
+# GIL-bound; the rest waits on subprocesses or Spark's JVM) and an emulated guest about
+# 0.75 of one, so on the 2-core CI machine one worker runs the guests while the other runs
+# the unit tiers. Measured there (measurements/2026-11-27-test-time/): the unit and Spark
+# tiers used 1.08 cores on one worker and 1.38 on two; three workers beside the guests
+# starved QEMU (1.5 cores used, 26 min). `make test TEST_JOBS=1` runs one process.
+TEST_JOBS ?= 2
+XDIST   = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder)
 
 .PHONY: setup system-packages run test test-fast clean
 
@@ -25,10 +35,10 @@ run: setup
 	$(VENV)/bin/bobox run
 
 test: setup
-	BOBOX_REQUIRE_VM=$${BOBOX_REQUIRE_VM:-1} $(PY) -m pytest -q -ra tests
+	BOBOX_REQUIRE_VM=$${BOBOX_REQUIRE_VM:-1} $(PY) -m pytest -q -ra $(XDIST) tests
 
 test-fast: setup
-	$(PY) -m pytest -q -ra -m "not vm and not slow" tests
+	$(PY) -m pytest -q -ra $(XDIST) -m "not vm and not slow" tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,3 +1,4 @@
+import os
 import sys
 import tarfile
 from pathlib import Path
@@ -37,3 +38,37 @@ def tpch(tmp_path_factory):
     from experiments.datagen import datagen
 
     return datagen(0.01, tmp_path_factory.mktemp("tpch") / "sf0.01", progress=False)
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected what will not run
+def pytest_collection_modifyitems(config, items):
+    """Longest work first, module by module: the NUMA-VM modules (minutes of emulated
+    guests each), then the modules with a test marked ``slow``, then the rest; collection
+    order within each. `make test` runs the tiers in parallel (pytest-xdist,
+    ``--dist loadscope``: a module's tests stay on one worker, so its module fixtures run
+    once), and xdist deals modules out in this order (``--no-loadscope-reorder``; by
+    default it sorts them by test count): a long module dealt last would run alone at
+    the end. Without xdist only the order changes."""
+    rank: dict = {}
+    for it in items:
+        mod = it.nodeid.split("::", 1)[0]
+        r = 0 if it.get_closest_marker("vm") else 1 if it.get_closest_marker("slow") else 2
+        rank[mod] = min(rank.get(mod, 2), r)
+    items.sort(key=lambda it: rank[it.nodeid.split("::", 1)[0]])
+    config.bobox_vm_tests = any(it.get_closest_marker("vm") for it in items)
+
+
+# Niceness a parallel worker takes before its first test outside the NUMA-VM tier, when
+# the run has VM tests. The emulated guests are make test's critical path (QEMU TCG keeps
+# about one core busy): beside two workers of unit tests at equal priority they took
+# 1486 s instead of 774 s alone (measurements/2026-11-27-test-time/). At nice 10 a
+# unit-test worker gets what the guest leaves (CFS weights 110 against 1024).
+UNIT_NICE = 10
+_niced = []
+
+
+def pytest_runtest_setup(item):
+    if (_niced or "PYTEST_XDIST_WORKER" not in os.environ or item.get_closest_marker("vm")
+            or not getattr(item.config, "bobox_vm_tests", False)):
+        return
+    _niced.append(os.nice(UNIT_NICE))

@@ -12,8 +12,9 @@ import pytest
 from numa_vm import DISTANCES_2, DISTANCES_4, REPO, guest_data_dir, run_guest, unavailable_reason
 
 # Each guest boots an emulated machine (QEMU TCG here) and its fixture first primes numba's
-# cache on the host: minutes each, more on a loaded CI machine than the default 600 s.
-pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(1800)]
+# cache on the host: minutes each (the 2-node guest, every 2-node check in one boot, took
+# 385 s alone), more beside the other tiers (make test runs them in parallel).
+pytestmark = [pytest.mark.vm, pytest.mark.slow, pytest.mark.timeout(3000)]
 
 
 def require_vm():
@@ -118,30 +119,39 @@ def test_balancer_moves_work_off_an_overloaded_node(guest4):
 
 @pytest.fixture(scope="module")
 def guest2():
-    """2 nodes x 2 CPUs: the machine of the locality goal."""
+    """2 nodes x 2 CPUs, one boot for every 2-node check: the machine of the locality goal
+    (topology, pinning, packet locality, the numa-factor and numa-placement experiments),
+    parallel-region channels and TStream's state pages. Numba's cache is primed on the
+    host for this shape first (``primed``). Three guests became this one: a boot and the
+    guest's imports take minutes under emulation (the 4-node guest, which compiles
+    nothing, took 177 s alone)."""
     require_vm()
     data = {"BOBOX_VM_DATA": str(guest_data_dir())}
     out = REPO / ".vmdata" / "prime-out"
-    env = primed("exp", ["tpch_mix"], 2, 2, data,
+    env = primed("two-node", ["tpch_mix", "regions_numa", "tstream_numa"], 2, 2, data,
                  commands=(["experiment", "numa-factor", "--quick", "--repeat", "1", "--out", str(out), "--data",
                                data["BOBOX_VM_DATA"], "--no-progress"],))
-    res = run_guest(["topology", "sched_pinning", "sched_locality", "experiments"], nodes=2, distances=DISTANCES_2,
-                    cpus_per_node=2, env={**env, **data})
-    for name, r in res.items():
-        assert not (isinstance(r, dict) and "error" in r), f"{name}: {r.get('error')}"
-    return res
+    return run_guest(["topology", "sched_pinning", "sched_locality", "experiments", "regions_numa", "tstream_numa"],
+                     nodes=2, distances=DISTANCES_2, cpus_per_node=2, timeout=2400, env={**env, **data})
+
+
+def result(res: dict, check: str):
+    """One check's result; a check that raised in the guest fails only its own tests."""
+    r = res[check]
+    assert not (isinstance(r, dict) and "error" in r), f"{check}: {r.get('error')}"
+    return r
 
 
 def test_two_node_guest_topology_and_pinning(guest2):
-    t = guest2["topology"]
+    t = result(guest2, "topology")
     assert [n["cpus"] for n in t["nodes"]] == [[0, 1], [2, 3]]
     assert [n["distances"] for n in t["nodes"]] == [[10, 21], [21, 10]]
-    for w in guest2["sched_pinning"]:
+    for w in result(guest2, "sched_pinning"):
         assert w["kernel_cpus"] == w["node_cpus"]
 
 
 def test_packets_land_on_the_consuming_workers_node(guest2):
-    loc = guest2["sched_locality"]
+    loc = result(guest2, "sched_locality")
     assert loc["nodes"] == 2 and loc["pages"] > 0
     # Pages of consumed packets, per the kernel, on the consuming worker's node. Only a
     # packet consumed on another node than it was produced on (a shared request) can be
@@ -150,7 +160,7 @@ def test_packets_land_on_the_consuming_workers_node(guest2):
 
 
 def test_numa_experiments_on_two_nodes(guest2):
-    e = guest2["experiments"]
+    e = result(guest2, "experiments")
     nf = e["numa-factor"]
     assert nf["png_ok"] and nf["csv_rows"] >= 2 * 2 * 2  # seconds per repeat + factors, 2x2 pairs
     assert nf["json"]["cpu_nodes"] == [0, 1] and [nf["json"]["factors"][i][i] for i in range(2)] == [1.0, 1.0]
@@ -160,22 +170,11 @@ def test_numa_experiments_on_two_nodes(guest2):
     assert "Figure 2: memory placement" in e["report"] and "Skipped" not in e["report"]
 
 
-@pytest.fixture(scope="module")
-def guest_regions():
-    """2 nodes x 1 CPU, only the parallel-region check, its kernels primed on the host."""
-    require_vm()
-    env = primed("regions", ["regions_numa"], 2, 1)
-    res = run_guest(["regions_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=1, timeout=1700, env=env)
-    r = res["regions_numa"]
-    assert not (isinstance(r, dict) and "error" in r), r.get("error")
-    return res
-
-
-def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
+def test_region_channels_run_on_both_nodes_with_node_local_state(guest2):
     """Parallel-region channels spread over the nodes (channel c on node slot c): every
     channel ran only on its node, its state's pages are there (the kernel says), both
     nodes were used, and the output equals the sequential run's."""
-    r = guest_regions["regions_numa"]
+    r = result(guest2, "regions_numa")
     assert r["identical"] and r["rows"] == 40000
     assert r["nodes"] == [0, 1]
     assert sorted(r["channels"]) == ["0", "1", "2", "3"]
@@ -186,22 +185,11 @@ def test_region_channels_run_on_both_nodes_with_node_local_state(guest_regions):
     assert {n for info in r["channels"].values() for n in info["nodes"]} == {0, 1}
 
 
-@pytest.fixture(scope="module")
-def guest_txn():
-    """2 nodes x 2 CPUs running TStream, its chain kernels primed on the host (``primed``)."""
-    require_vm()
-    env = primed("txn", ["tstream_numa"], 2, 2)
-    res = run_guest(["tstream_numa"], nodes=2, distances=DISTANCES_2, cpus_per_node=2, env=env)
-    t = res["tstream_numa"]
-    assert "error" not in t, t.get("error")
-    return t
-
-
-def test_tstream_state_pages_on_their_pools_nodes(guest_txn):
+def test_tstream_state_pages_on_their_pools_nodes(guest2):
     """Every store segment's pages are on the node it was placed for (the kernel's
     answer), every run equals the serial oracle, and without stealing every pool task
     ran on its pool's node, with all its records' pages local."""
-    t = guest_txn
+    t = result(guest2, "tstream_numa")
     assert sorted(set(t["workers"])) == [0, 1]
     for mode in ("shared-nothing", "shared-per-socket", "shared-everything"):
         m = t[mode]

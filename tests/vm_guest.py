@@ -221,7 +221,7 @@ def regions_numa():
     p.add("cnt", RunningCount, "k", 4096, 64, "x", "cnt", "acc", report)
     p.add("sink", CountSink, "acc")
     p.chain("src", "cnt", "sink")
-    with Scheduler() as s:
+    with Scheduler(**_prime_shape()) as s:
         want = s.submit(p).result(600)
         got = s.submit(parallelize(p, 4)).result(600)
         nodes = [nd.os_index for nd in s.topology.cpu_nodes]
