@@ -49,13 +49,12 @@ def pytest_collection_modifyitems(config, items):
     once), and xdist deals modules out in this order (``--no-loadscope-reorder``; by
     default it sorts them by test count): a long module dealt last would run alone at
     the end. Without xdist only the order changes."""
-    rank: dict = {}
+    rank: dict = {}  # module path -> 0 (has a vm test), 1 (has a slow test) or 2
     for it in items:
-        mod = it.nodeid.split("::", 1)[0]
         r = 0 if it.get_closest_marker("vm") else 1 if it.get_closest_marker("slow") else 2
-        rank[mod] = min(rank.get(mod, 2), r)
-    items.sort(key=lambda it: rank[it.nodeid.split("::", 1)[0]])
-    config.bobox_vm_tests = any(it.get_closest_marker("vm") for it in items)
+        rank[it.path] = min(rank.get(it.path, 2), r)
+    items.sort(key=lambda it: rank[it.path])
+    config.bobox_vm_tests = 0 in rank.values()
 
 
 # Niceness a parallel worker takes before its first test outside the NUMA-VM tier, when
