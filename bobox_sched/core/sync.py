@@ -5,10 +5,10 @@ model. Everything else states, in its module doc, which of the guarantees below 
 the inventory at the end lists them, so that a free-threaded build (PEP 703) has one list
 of places to re-check.
 
-Primitives here: ``fence`` (with ``FENCED``: whether it does anything), ``AtomicFlag`` (test-and-set on a non-blocking lock), ``AtomicCounter``
-(fetch-and-add under a tiny lock), ``Credits`` (tokens in a deque), ``serials`` and
-``round_robin`` (``itertools.count``: one C call per number). ``require_gil`` refuses to
-start a component whose argument still needs the GIL on an interpreter running without it.
+Primitives here: ``fence`` (with ``FENCED``: whether it does anything), ``AtomicFlag``
+(test-and-set on a non-blocking lock), ``AtomicCounter`` (fetch-and-add under a tiny
+lock), ``Credits`` (tokens in a deque), ``serials`` and ``round_robin`` (counters: one
+C call per number).
 
 What the GIL provides (CPython 3.11-3.13 with the GIL):
 
@@ -21,35 +21,58 @@ What the GIL provides (CPython 3.11-3.13 with the GIL):
   reorder buffer (Thm 3.1, R7) and of the hybrid queue (Thm 4.1) assume;
 * a read-modify-write written in Python (``x += 1``, ``k = x.rr; x.rr = k + 1``) is
   several bytecodes: another thread may run between the read and the write. Hence
-  ``AtomicCounter`` and ``round_robin`` below, and no such sequence anywhere else.
+  ``AtomicCounter`` and ``round_robin`` below, and no such sequence anywhere else
+  (statistics counters excepted: a lost increment there is a miscount, never a fault).
 
-What a free-threaded build keeps and loses:
+What a free-threaded build (PEP 703, running without the GIL) keeps and loses:
 
-* ``deque``, ``dict``, ``list`` and ``itertools.count`` operations stay atomic (they lock
-  per object internally) and ``Lock`` is unchanged, so every primitive of this module
-  keeps its meaning as written;
-* plain attribute stores and loads used as flags or handshakes are no longer ordered with
-  respect to other threads' loads without a barrier. The core's two store-then-load
-  handshakes (``Port.no_room``; a run's end in ``task.py``) and the bobox policy's
-  sleep/wake pair call ``fence()`` from here;
-  the other places that rely on ordering today (inventory) need an acquire/release pair
-  from here before the GIL may be dropped; until then the ordered policy checks with
-  ``require_gil()`` at scheduler start, and the domains issue's free-threaded path must
-  replace the rest first.
+* ``deque``, ``dict`` and ``list`` operations stay atomic: each locks its object
+  (a per-object critical section, a mutex: acquire and release), so two operations on
+  one object are ordered and the later sees the earlier's stores. ``Lock`` is
+  unchanged. Attribute loads and stores stay atomic (no torn reference);
+* what it loses: a plain store followed by a plain load of *another* location is not
+  ordered against another thread's store-then-load (the store-buffering pattern), and
+  a plain flag store does not publish the data written before it to a thread that reads
+  the flag without a lock. Every such place calls ``fence()`` from here: on each side,
+  between the store and the load (a handshake), or between the data and the flag (the
+  writer) and between the flag and the data (the reader). ``fence()`` acquires and
+  releases one lock that every fence shares, so any two fences are ordered, and
+  whatever a thread stored before the earlier is visible to a thread after the later.
+  That restores, at exactly these places, the order the GIL gives everywhere;
+* ``itertools.count`` is safe to share only from 3.14 (gh-123471); ``serials`` and
+  ``round_robin`` use a counter under a lock on older free-threaded interpreters.
 
-Inventory of the handshakes outside this module (each named in its module's doc):
+Under the GIL ``FENCED`` is False and callers skip the call (``if FENCED: fence()``: a
+global load and a branch), so the GIL build pays nothing for the free-threaded
+argument. No free-threaded interpreter runs in CI (none can be installed there); the
+arguments above are what it would rely on.
 
-* ``core/port.py``: the one input port under every policy (a deque: ``append``,
-  ``popleft``, ``len`` as a pessimistic capacity check, ``closed`` stored by the
-  producer, the waiter's append-then-look-again, the SPSC try-locks);
-* ``core/task.py``: the token lock, ``_bx_again`` and the ports (store-then-load
-  handshakes between a sender and the running thread);
-* ``core/packet.py``: per-size-class free deques, ``len`` of a deque as a snapshot;
-* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep test;
-  each side fences between its two steps);
-* ``policies/ordered/reorder.py`` and ``hybrid.py``: ``next`` and the window slots;
-* ``policies/streams/threads.py`` and ``dynamic.py``: the thread flags;
-* ``txn/coordinator.py``: ``done_batch`` / ``open_batch``.
+Inventory of the places outside this module that need order between threads, and how
+each gets it (each module's doc gives its protocol):
+
+* ``core/port.py``: the one input port under every policy (deque ``append`` /
+  ``popleft``; ``len`` as a pessimistic capacity check; a sender's "append to waiters,
+  then look at the buffer again" against a consumer's "pop, then take the waiters":
+  fenced on both sides; the SPSC try-locks);
+* ``core/task.py``: the token lock (a real lock), ``_bx_again`` against the run's end
+  ("release the token, then look again": fenced);
+* ``core/packet.py``: per-size-class free deques; ``len`` of a deque as a snapshot;
+* ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep
+  test; each side fences between its two steps);
+* ``policies/ordered/policy.py`` and ``stage.py``: the sleep/wake pair (the sleeper's
+  ``idle.append`` then its look for work, against a maker's publish then its look at
+  ``idle``: fenced on both sides); credits are deques;
+* ``policies/ordered/reorder.py``: a slot store then the flag, against the flag's
+  release then the slot (fenced on both sides); ``next`` is written by the flag's
+  holder only; ``hybrid.py``: deques and ``AtomicCounter`` only (F7:L4 before L5 is
+  ordered by the master deque's lock);
+* ``policies/streams/threads.py`` and ``dynamic.py``: the thread flags are *signals*
+  that carry no data (stop, suspend: the reader acts on nothing the writer stored
+  before), so an atomic store and load is all they need; the lost-wake-up argument
+  runs under the record's condition lock;
+* ``txn/coordinator.py``: ``done_batch`` / ``open_batch``, read without the group's
+  lock: fenced between the results and the store, and between the load and the
+  results.
 """
 
 from __future__ import annotations
@@ -58,19 +81,6 @@ import itertools
 import sys
 import threading
 from collections import deque
-
-GIL_REQUIRED = True
-
-
-def require_gil() -> None:
-    """Raise on a free-threaded interpreter running without the GIL (see the module doc)."""
-    enabled = getattr(sys, "_is_gil_enabled", None)
-    if enabled is not None and not enabled():
-        from bobox_sched.core.errors import BoboxError
-
-        raise BoboxError("the ordered policy's atomics (bobox_sched.core.sync) assume the GIL; this "
-                         "interpreter runs without it (start it with PYTHON_GIL=1)")
-
 
 def _gil_enabled() -> bool:
     enabled = getattr(sys, "_is_gil_enabled", None)
@@ -89,9 +99,9 @@ def fence() -> None:
     """A full barrier between the caller's earlier stores and later loads (a sender's
     "append, then look at the buffer again", a run's "release the token, then look at
     ``_bx_again`` again"). Under the GIL it does nothing (module doc). Without it, an
-    acquire and a release of a lock nobody else holds long: both are sequentially
-    consistent atomic operations on the lock's word in CPython's free-threaded build
-    (``PyMutex``), so no load after them is ordered before a store before them."""
+    acquire and a release of the one lock every fence shares (held for no other work):
+    any two fences are then ordered by that lock, and a thread past the later one sees
+    every store made before the earlier one (module doc: the handshake argument)."""
     if FENCED:
         _fence_lock.acquire()
         _fence_lock.release()
@@ -181,20 +191,30 @@ class Credits:
         return len(self._tokens)
 
 
+def _locked_counter(start: int):
+    """``itertools.count(start).__next__`` for a free-threaded interpreter older than
+    3.14, whose ``count`` is not safe to share (module doc)."""
+    c = AtomicCounter(start)
+    return c.fetch_add
+
+
+# Whether itertools.count may be shared between threads here (module doc).
+_SHARED_COUNT_OK = not FENCED or sys.version_info >= (3, 14)
+
+
 def round_robin():
     """A cursor for round-robin choices shared between threads: a callable returning
-    0, 1, 2, ... (``k % n`` picks the k-th of n). One C call, never two threads the
-    same number: the check-then-act ``k = x.rr; x.rr = k + 1`` it replaces gave two
-    threads the same k when one was switched out between the load and the store."""
-    return itertools.count().__next__
+    0, 1, 2, ... (``k % n`` picks the k-th of n). Never two threads the same number:
+    the check-then-act ``k = x.rr; x.rr = k + 1`` it replaces gave two threads the same
+    k when one was switched out between the load and the store. One C call
+    (``itertools.count``) where that is safe to share, a locked counter elsewhere."""
+    return itertools.count().__next__ if _SHARED_COUNT_OK else _locked_counter(0)
 
 
 def serials(start: int = 1):
     """A serial-number source (per operator, starting at 1 [L115]): a callable returning
-    1, 2, 3, ... ``itertools.count.__next__`` is one C call, atomic under the GIL and
-    internally locked in free-threaded builds."""
-    return itertools.count(start).__next__
+    1, 2, 3, ..., each number to one caller (as ``round_robin``)."""
+    return itertools.count(start).__next__ if _SHARED_COUNT_OK else _locked_counter(start)
 
 
-__all__ = ["AtomicCounter", "AtomicFlag", "Credits", "FENCED", "GIL_REQUIRED", "fence", "require_gil", "round_robin",
-           "serials"]
+__all__ = ["AtomicCounter", "AtomicFlag", "Credits", "FENCED", "fence", "round_robin", "serials"]

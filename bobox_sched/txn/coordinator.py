@@ -53,10 +53,15 @@ Protocol (who touches what, when):
   ``open_batch``, ``_posts``, ``gate_waiters``, ``outstanding`` and the round's
   tallies. It is taken twice per instance per batch (arrival, end of its
   post-processing) and once per task per round -- never per packet or per operation.
-  ``done_batch`` and ``open_batch`` are also read without it (one attribute read,
-  atomic under the GIL; a free-threaded build would need an acquire load): a stale
-  value only sends the reader to the locked path (``gate``) or to wait for the
-  schedule that ``_finish`` does after writing it (an instance at barrier 2).
+  ``done_batch`` and ``open_batch`` are also read without it (one attribute read;
+  attribute loads and stores are atomic with or without the GIL): a stale value only
+  sends the reader to the locked path (``gate``) or to wait for the schedule that
+  ``_finish`` does after writing it (an instance at barrier 2). A fresh value is a
+  message: an instance that sees ``done_batch`` reach its batch goes on to read its
+  ``results[b]``, stored before. So the writer fences between the results and the
+  store of ``done_batch``/``open_batch``, and the reader between its load and what it
+  reads next (``core.sync.fence``: nothing under the GIL; the argument for a
+  free-threaded build is in sync's module doc).
 * The batch arrays (``B``) are written in round 0 by the pool tasks in disjoint ranges,
   and in rounds by the task that walks a chain; a round ends only when its last task
   took ``_lock``, and the next round's tasks are pushed after that (lock release, then
@@ -90,6 +95,7 @@ import numpy as np
 from topology import current_node
 
 from bobox_sched.core.operator import Operator
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.core.task import claim, schedule
 from bobox_sched.core.worker import current_worker
 from bobox_sched.txn.chains import new_batch
@@ -289,7 +295,10 @@ class Group:
         beyond the last finished one (finished: post-processed by every instance, with
         ``gate_on_posts``; else past barrier 2); otherwise `op` (the dealer) is
         scheduled again when that batch finishes."""
-        if batch <= self.open_batch + LOOKAHEAD:
+        ok = batch <= self.open_batch + LOOKAHEAD
+        if FENCED:
+            fence()  # the unlocked read before what the dealer does next (module doc)
+        if ok:
             return True
         with self._lock:
             if batch <= self.open_batch + LOOKAHEAD:
@@ -527,6 +536,8 @@ class Group:
             if inst.batch == b and not inst.done:
                 inst.results[b] = self.results
                 posts += 1
+        if FENCED:
+            fence()  # the results before done_batch, which instances read unlocked (module doc)
         with self._lock:
             self.done_batch = self.batch
             self.batch += 1
@@ -561,6 +572,8 @@ class Group:
             self._posts = (b, left)
             if left:
                 return
+            if FENCED:
+                fence()  # open_batch is read unlocked (module doc)
             self.open_batch = batch
             waiters, self.gate_waiters = self.gate_waiters, []
         for op in waiters:

@@ -42,6 +42,7 @@ import numpy as np
 
 from bobox_sched.core.operator import Operator
 from bobox_sched.core.packet import Packet
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.control import model as _model
 from bobox_sched.control.punct import END, Batch, Punctuation
 from bobox_sched.txn.funs import kernel_for
@@ -114,6 +115,8 @@ class TransactionalOperator(Operator):
             self._drain(ctx, st)  # stash, don't wait: take the input, keep it for later
             if g.done_batch < st.batch:
                 return
+            if FENCED:
+                fence()  # done_batch read unlocked, then results[b] (coordinator's protocol)
             self._post_dual(ctx, st)
             if st.final:
                 st.done = True

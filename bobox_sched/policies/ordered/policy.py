@@ -43,8 +43,11 @@ Protocol (who touches what, when):
   who makes work (an enqueue, a credit given back, a drain request, a source asking to
   run) first publishes it, then reads ``idle`` and wakes one worker (``wake_one``: one
   atomic ``list.pop``, then a release of that worker's ``park``). Either the sleeper's
-  look sees the work or the maker sees the sleeper (both orders are sequentially
-  consistent under the GIL), so no wake-up is lost. Every entry of ``idle`` leaves it
+  look sees the work or the maker sees the sleeper, so no wake-up is lost: a
+  store-then-load handshake on each side, fenced with ``core.sync.fence()`` between
+  the store and the load (a no-op under the GIL, whose one order of bytecodes already
+  makes the two steps sequentially consistent; sync's module doc gives the argument for
+  a free-threaded build). Every entry of ``idle`` leaves it
   exactly once, by a waker's pop (then ``park`` is released once) or by the worker's
   own ``remove`` under ``_lock`` (then nothing is released); a worker that finds itself
   popped while it meant to leave waits for the release that is on its way. Free-threaded
@@ -68,7 +71,7 @@ from collections import deque
 from bobox_sched.core.errors import BoboxError
 from bobox_sched.core.operator import StreamOperator
 from bobox_sched.control import model as _model
-from bobox_sched.core.sync import require_gil
+from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.policies.ordered.hybrid import SCHEMES
 from bobox_sched.policies.ordered.stage import SOURCE, OrderedContext, StampedMarker, build_chain
 from bobox_sched.policies.ordered.partitioned import PartitionedOperator, ROW_ORDERS
@@ -220,7 +223,6 @@ class OrderedPolicy(Policy):
 
     def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, **options):
         super().__init__(scheduler, threads_per_node)
-        require_gil()
         self.opts = check_options(options)
         o = self.opts
         self.heuristic = o["heuristic"]
@@ -355,15 +357,21 @@ class OrderedPolicy(Policy):
         if st is None:
             return  # not a source, or its request ended
         st.wants = True
+        if FENCED:
+            fence()  # publish, then look at idle (module doc: sleeping)
         if self.idle:
             self.wake_one(st)
 
     def push_drain(self, stage) -> None:
         self.drains.append(stage)
+        if FENCED:
+            fence()
         if self.idle:
             self.wake_one(stage)
 
     def stage_finished(self, stage) -> None:
+        if FENCED:
+            fence()
         if self.idle:
             self.wake_one(None)
 
@@ -473,6 +481,8 @@ class OrderedPolicy(Policy):
                     return None
                 self.idle.append(w)
             # Look once more without the lock (protocol in the module doc).
+            if FENCED:
+                fence()
             if self._work_visible():
                 with self._lock:
                     try:

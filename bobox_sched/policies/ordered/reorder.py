@@ -62,9 +62,27 @@ taken only when the interpreter switched threads inside it.
 policy gives a dequeue credit back there, so that a credit never admits a serial
 beyond ``next + capacity``).
 
-Atomicity: see ``core/sync.py`` (the GIL makes each slot store/load, ``next`` store/load
-and the flag's try-acquire one sequentially consistent step; the step machines of
-``tests/test_ordered_steps.py`` check every interleaving of those steps).
+Atomicity and ordering (``core/sync.py``). The proof (and the step machines of
+``tests/test_ordered_steps.py``, which check every interleaving) takes each slot
+store/load, ``next`` store/load and the flag's try-acquire as one sequentially
+consistent step. Two places are store-then-load handshakes across threads, and each
+side puts ``sync.fence()`` between its store and its load:
+
+* an adder stores its slot, then tries the flag; a drainer releases the flag, then
+  looks at the slot of ``next`` again (F4:L40). One of the two sees the other: the
+  adder drains, or the drainer finds the unit;
+* A5: a receiver's consumer dequeues, then (through the drain task) tries the flag; the
+  blocked drainer releases the flag, then asks ``ready()``.
+
+Under the GIL the fences do nothing (``FENCED`` is False: one order of bytecodes is the
+barrier). Without it, ``fence()`` is an acquire and release of one lock shared by every
+fence, so any two fences are ordered and the later one sees everything stored before
+the earlier one. ``next`` is written only by the flag's holder (the flag's
+acquire/release orders it for the next holder); an adder's read of ``next`` may be
+stale only low, which ``try_add`` turns into "window full" (the caller retries), never
+into a wrong slot: a credit (a deque append by the drainer after it moved ``next``,
+popped by the adder before it took its unit) orders the read after the move.
+Statistics (``contended``, ``blocked``, ``full_window``) are racy counters.
 """
 
 from __future__ import annotations
@@ -72,7 +90,7 @@ from __future__ import annotations
 import threading
 from time import perf_counter_ns
 
-from bobox_sched.core.sync import AtomicFlag
+from bobox_sched.core.sync import FENCED, AtomicFlag, fence
 
 EMPTY = None  # an empty slot (a unit with no output is a non-EMPTY object, R8)
 
@@ -126,6 +144,8 @@ class ReorderBuffer:
         emit = self._emit
         advanced = self._advanced
         while True:
+            if FENCED:
+                fence()  # our slot store (or a receiver's dequeue) before our look at the flag
             if not flag.acquire(False):  # F4:L25: another worker is draining
                 self.contended += 1
                 return
@@ -146,6 +166,8 @@ class ReorderBuffer:
                 self.next = n + 1  # F4:L34
                 if advanced is not None:
                     advanced()
+            if FENCED:
+                fence()  # the flag's release before our look at the slot (or the receiver)
             if blocked:
                 if self._ready is not None and self._ready():
                     continue  # room appeared after our registration: start over (A5)

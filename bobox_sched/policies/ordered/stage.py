@@ -70,7 +70,7 @@ from bobox_sched.core.task import release
 from bobox_sched.core.packet import Packet
 from bobox_sched.core.port import Port, register_waiter, take_waiters
 from bobox_sched.control import model as _model
-from bobox_sched.core.sync import Credits, serials
+from bobox_sched.core.sync import FENCED, Credits, fence, serials
 from bobox_sched.policies.ordered.hybrid import HybridQueue, PartitionedQueues, make_queues
 from bobox_sched.policies.ordered.partitioned import PartitionedOperator, SliceCollector, merge_outputs
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
@@ -305,6 +305,8 @@ class Stage:
             else:
                 q.add_control((self.serial(), item, None, True))
         pol = self.policy
+        if FENCED:
+            fence()  # publish the unit, then look at idle (policy.py: sleep/wake)
         if pol.idle:
             pol.wake_one(self)
         return True
@@ -319,6 +321,8 @@ class Stage:
         if self.uses_credits:
             self.credits.give()
         pol = self.policy
+        if FENCED:
+            fence()  # publish the credit, then look at idle (policy.py: sleep/wake)
         if pol.idle:
             pol.wake_one(self)
 

@@ -61,9 +61,10 @@ spinning thread lets the GIL go, and after a few such spins sleeps with a growin
 (``RESCHED_SPINS``: a spinning Python thread costs the GIL, not just a core); sleeps below
 ~50 us collapse into a yield.
 
-GIL: the protocol needs atomic deque operations, atomic try-locks and sequentially
-consistent flag stores and loads; the GIL provides all of them. A free-threaded build has
-the first two; the thread-record flags would need atomics (``streams_threads``).
+GIL and free-threaded builds (``core/sync.py``): the protocol needs atomic deque
+operations, atomic try-locks and atomic flag stores and loads; both builds give all
+three. The flags are signals that carry no data (``threads.py``), so a stale read
+delays a thread's stop or suspension by one round and nothing else.
 """
 
 from __future__ import annotations

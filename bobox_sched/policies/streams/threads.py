@@ -43,10 +43,13 @@ Process-wide settings (who may change them, and how they come back):
   limit that someone else set while holds existed is theirs: it is left alone, then and
   at the last release.
 
-GIL: the flags are plain attribute stores and loads; the GIL makes them sequentially
-consistent. A free-threaded build needs them to be atomics (stores with release, loads
-with acquire: ``suspended`` / ``ports_closed`` are "happens-before" signals), which
-per-object critical sections of attribute access give in CPython 3.13t.
+GIL and free-threaded builds (``core/sync.py``): the flags are plain attribute stores
+and loads, atomic with or without the GIL. They are *signals* that carry no data: an
+owner that sees ``suspended``, ``shutdown`` or ``ports_closed`` stops, parks or leaves,
+and reads nothing the controller stored before setting it; a stale read only delays
+that by one tuple or one ``findWorkBlocking`` round. So they need no fence. Where a
+wake-up must not be lost (``suspend``, ``block``, ``notify_*``) the flag is written and
+re-read under ``cond``'s lock, which orders it in both builds.
 """
 
 from __future__ import annotations
