@@ -61,6 +61,7 @@ class Ctx:
     progress: bool
     command: str
     topo: T.Topology = field(default=None)
+    array_bytes: int | None = None  # numa-factor's array (--bytes); None: its default
     host: str = field(default_factory=socket.gethostname)
     run_id: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
     _data: Path | None = None

@@ -39,7 +39,7 @@ def exp_numa_factor(ctx: Ctx) -> dict:
     bar = ctx.bar(ctx.repeat, "numa-factor")
     runs = []
     for r in range(ctx.repeat):
-        nf = measure(ctx.topo, None, repeat=1)  # 4 x L3 at least: memory, not cache
+        nf = measure(ctx.topo, ctx.array_bytes, repeat=1)  # default 4 x L3 at least: memory, not cache
         runs.append(nf)
         for i, c in enumerate(nf.cpu_nodes):
             for j, m in enumerate(nf.mem_nodes):
@@ -465,6 +465,7 @@ def run_experiment(args) -> dict:
         virtual_nodes=args.virtual_nodes,
         progress=not args.no_progress,
         command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]),
+        array_bytes=getattr(args, "bytes", None),
     )
     ctx.topo = T.probe()
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]

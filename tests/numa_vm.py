@@ -95,10 +95,14 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
         # host: "msix_table_mmio_write: Assertion ... failed" while booting the 4-node
         # guest under TCG): an emulator fault, not a result; boot once more.
     results = {}
+    times = []
     for line in proc.stdout.splitlines():
         if line.startswith("@@RESULT "):
             _, name, payload = line.split(" ", 2)
             results[name] = json.loads(payload)
+        elif line.startswith("@@TIME "):
+            times.append(" ".join(line.split()[1:3]) + " s")
+    print(f"guest ({nodes} nodes) seconds: " + ", ".join(times), file=sys.stderr)
     missing = [c for c in checks if c not in results]
     if missing:
         raise RuntimeError(

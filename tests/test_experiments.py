@@ -25,7 +25,7 @@ def run_cli(*args):
 def all_quick(tpch, tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     r = run_cli("experiment", "all", "--quick", "--repeat", "1", "--data", str(tpch), "--out", str(out), "--json",
-                "--no-progress")
+                "--no-progress", "--bytes", "1M")
     assert r.returncode == 0, r.stderr[-3000:]
     return out, json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -77,6 +77,7 @@ def test_report_has_machine_and_every_section_once(all_quick):
 def test_numa_factor_consistent(all_quick):
     _, s = all_quick
     nf = s["numa-factor"]
+    assert nf["bytes"] == 1 << 20  # --bytes 1M (the default is 4x the L3, at least 64 MiB)
     for i, c in enumerate(nf["cpu_nodes"]):
         assert nf["factors"][i][nf["mem_nodes"].index(c)] == 1.0
     assert all(x > 0 for row in nf["factors"] for x in row)

@@ -56,9 +56,10 @@ def primed(name: str, checks: list[str], nodes: int, per_node: int, env: dict | 
     in CI."""
     vm = REPO / ".vmdata"
     cache = vm / f"numba-{name}"
+    mpl = vm / "mplconfig"  # matplotlib's font cache, built by the host runs (vm_guest._primed_cache)
     base = {"NUMBA_CPU_NAME": "generic", "BOBOX_KERNEL_CACHE": str(vm / "kernels"), **(env or {})}
     host = {**os.environ, **base, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO),
-            "BOBOX_VM_PRIME_NODES": f"{nodes}x{per_node}"}
+            "BOBOX_VM_PRIME_NODES": f"{nodes}x{per_node}", "MPLCONFIGDIR": str(mpl)}
     def run(cmd):
         r = subprocess.run(cmd, cwd=REPO, env=host, capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, (cmd, r.stderr[-3000:])
@@ -71,7 +72,8 @@ def primed(name: str, checks: list[str], nodes: int, per_node: int, env: dict | 
             assert line is not None and '"error"' not in line, (c, got[-3000:])
     for c in commands:
         run([sys.executable, "-m", "bobox_sched", *c])
-    return {**base, "BOBOX_VM_PRIMED_CACHE": str(cache), "NUMBA_CACHE_DIR": "/tmp/numba-primed"}
+    return {**base, "BOBOX_VM_PRIMED_CACHE": str(cache), "NUMBA_CACHE_DIR": "/tmp/numba-primed",
+            "BOBOX_VM_PRIMED_MPL": str(mpl), "MPLCONFIGDIR": "/tmp/mplconfig"}
 
 
 def expected_matrix(n, table):
@@ -138,7 +140,7 @@ def guest2():
     out = REPO / ".vmdata" / "prime-out"
     env = primed("two-node", ["tpch_mix", "regions_numa", "tstream_numa"], 2, 2, data,
                  commands=(["experiment", "numa-factor", "--quick", "--repeat", "1", "--out", str(out), "--data",
-                               data["BOBOX_VM_DATA"], "--no-progress"],))
+                               data["BOBOX_VM_DATA"], "--no-progress", "--bytes", "4M"],))
     return run_guest(["topology", "sched_pinning", "sched_locality", "experiments", "regions_numa", "tstream_numa"],
                      nodes=2, distances=DISTANCES_2, cpus_per_node=2, timeout=2400, env={**env, **data})
 

@@ -134,6 +134,7 @@ def test_digest_sink_equality():
     (["--sf", "1"], "--sf does not apply to the policies experiment"),
     (["--threads-per-node", "2"], "--threads-per-node does not apply"),
     (["--ops", "10"], "--ops applies to"),
+    (["--bytes", "1M"], "--bytes applies to 'bobox experiment numa-factor / all' only"),
     (["--workers", "0"], "--workers"),
     (["--workers", "1,2"], "--workers takes one positive integer"),
     (["--rows", "0"], "--rows"),

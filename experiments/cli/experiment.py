@@ -18,7 +18,7 @@ EXPERIMENTS = LOCALITY + ("regions", "ordered", "streams", "tstream", "policies"
 ONLY = {
     "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
     "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",),
-    "events": ("tstream",),
+    "events": ("tstream",), "bytes": ("numa-factor", "all"),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.
@@ -71,8 +71,17 @@ def add_arguments(p) -> None:
                    "rows/s)")
     p.add_argument("--events", type=count(L.MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
+    p.add_argument("--bytes", type=_array_bytes, default=None, metavar="SIZE",
+                   help="numa-factor: the array reversed on each node pair, e.g. 4M (default 4x the L3, at least "
+                   "64 MiB: memory, not cache; at most half of the memory available)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _array_bytes(text: str) -> int:
+    from topology.cli import _array_bytes as parse
+
+    return parse(text)
 
 
 def _check_applicable(args) -> None:
