@@ -78,10 +78,11 @@ Under the GIL the fences do nothing (``FENCED`` is False: one order of bytecodes
 barrier). Without it, ``fence()`` is an acquire and release of one lock shared by every
 fence, so any two fences are ordered and the later one sees everything stored before
 the earlier one. ``next`` is written only by the flag's holder (the flag's
-acquire/release orders it for the next holder); an adder's read of ``next`` may be
-stale only low, which ``try_add`` turns into "window full" (the caller retries), never
-into a wrong slot: a credit (a deque append by the drainer after it moved ``next``,
-popped by the adder before it took its unit) orders the read after the move.
+acquire/release orders it for the next holder). An adder reads ``next`` without the
+flag: a stale value can only be low, which ``try_add`` would answer with "window full"
+(never a wrong slot), and with credits it is not stale: the credit the adder took before
+its unit was appended by the drainer after it moved ``next`` (a deque append, then the
+adder's pop: the deque's own lock orders them in a free-threaded build).
 Statistics (``contended``, ``blocked``, ``full_window``) are racy counters.
 """
 
