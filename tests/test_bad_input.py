@@ -644,7 +644,7 @@ def number_arguments():
 
 ARGS = number_arguments()
 NUMERIC = [(w, o, t) for w, o, t in ARGS if t in ("count", "number", "byte size", "scale_factor", "_repeat",
-                                                 "_packet_bytes", "_array_bytes")]
+                                                 "_packet_bytes", "array_bytes")]
 
 
 def test_no_argument_is_an_unbounded_number():

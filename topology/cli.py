@@ -52,7 +52,7 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
-def _array_bytes(text: str) -> int:
+def array_bytes(text: str) -> int:
     """--bytes of --numa-factor: one array of that size is allocated on each node in turn,
     so it must fit in half of the memory available now (a 100G array on a 23 GiB machine
     ended in a MemoryError traceback)."""
@@ -95,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the packet size (default: half the L2 cache)")
     p.add_argument("--numa-factor", action="store_true",
                    help="measure the NUMA-factor matrix (array reversal per CPU node x memory node)")
-    p.add_argument("--bytes", type=_array_bytes, metavar="B",
+    p.add_argument("--bytes", type=array_bytes, metavar="B",
                    help="array size for --numa-factor (default: max(64MiB, 4 x L3); at most half the available "
                    "memory)")
     p.add_argument("--repeat", type=_repeat, default=3, help="timed runs per pair, best kept (default 3)")

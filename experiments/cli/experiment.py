@@ -33,6 +33,7 @@ NOT_READ = {
 def add_arguments(p) -> None:
     from bobox_sched.core import limits as L
     from experiments.cli.argtypes import count, path, scale_factor
+    from topology.cli import array_bytes
 
     p.add_argument("name", choices=EXPERIMENTS, metavar="NAME",
                    help="one of: " + ", ".join(EXPERIMENTS))
@@ -71,17 +72,11 @@ def add_arguments(p) -> None:
                    "rows/s)")
     p.add_argument("--events", type=count(L.MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
-    p.add_argument("--bytes", type=_array_bytes, default=None, metavar="SIZE",
+    p.add_argument("--bytes", type=array_bytes, default=None, metavar="SIZE",
                    help="numa-factor: the array reversed on each node pair, e.g. 4M (default 4x the L3, at least "
                    "64 MiB: memory, not cache; at most half of the memory available)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def _array_bytes(text: str) -> int:
-    from topology.cli import _array_bytes as parse
-
-    return parse(text)
 
 
 def _check_applicable(args) -> None:
