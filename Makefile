@@ -9,9 +9,10 @@ STAMP   = $(VENV)/.installed
 # would sort modules by test count). Most tests keep about one core busy (the runtime is
 # GIL-bound; the rest waits on subprocesses or Spark's JVM) and an emulated guest 0.75 to
 # 1.25 (871 CPU-s in 722 s for the VM tier alone), so on the 2-core CI machine one worker
-# runs the guests while the other runs the unit tiers. Measured there (measurements/2026-11-27-test-time/): the unit and Spark
-# tiers used 1.08 cores on one worker and 1.38 on two; three workers beside the guests
-# starved QEMU (1.5 cores used, 26 min). `make test TEST_JOBS=1` runs one process.
+# runs the guests while the other runs the unit tiers. Measured there
+# (measurements/2026-11-27-test-time/): the unit and Spark tiers used 1.08 cores on one
+# worker and 1.38 on two; three workers beside the guests were slower than two (make test
+# 1653 s against 1446-1490 s in a fresh clone). `make test TEST_JOBS=1` runs one process.
 TEST_JOBS ?= 2
 XDIST   = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder)
 
