@@ -39,7 +39,6 @@ said in the report).
 
 from __future__ import annotations
 
-import gc
 import os
 import shlex
 import statistics
@@ -50,7 +49,7 @@ import numpy as np
 
 import topology as T
 
-from experiments.framework import Ctx, Recorder, md_table, output_folder, panel_grid, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, panel_grid, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 HEURISTICS = ("ct", "lp", "et", "qst")
@@ -88,7 +87,7 @@ class Runner:
         # collection falls into every k-th run, always of the same configuration when
         # configurations alternate (measured: figure 14's Q2 gave non-blocking / lock
         # 0.81 with non-blocking run first in each pair, 1.20 with lock first).
-        gc.collect()
+        collect_before_run()
         with Scheduler(policy=policy, threads_per_node=workers, pin=False, topology=self.ctx.topo, **opts) as s:
             c0 = cpu_clocks()
             t0 = time.perf_counter()

@@ -30,7 +30,6 @@ the same moment: on a shared machine the speedups should be read against it.
 
 from __future__ import annotations
 
-import gc
 import statistics
 import sys
 import threading
@@ -43,7 +42,7 @@ from bobox_sched.regions.fission import parallelize
 from bobox_sched.control.punct import Window
 
 from experiments import region_ops as R
-from experiments.framework import Ctx, Recorder, make_scheduler, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, make_scheduler, md_table, output_folder, pyplot, save_figure, write_section
 
 NAME = "regions"
 NKEYS = 1024
@@ -74,11 +73,22 @@ def w_points(quick: bool) -> list[int]:
     return [1 << e for e in ((0, 4, 8, 12, 16) if quick else range(0, 17, 2))]
 
 
+# Work per measured point, log2 of the multiplications: 2^27 with --quick, 2^29 otherwise
+# (~0.15 / 0.5 s at the ~1 ns per step measured here). tests/test_regions_experiment.py
+# lowers the quick one: it checks the outputs' shape and the ordering, not the figures.
+QUICK_WORK_LOG2 = 27
+FULL_WORK_LOG2 = 29
+
+
+def work_budget(quick: bool) -> int:
+    return 1 << (QUICK_WORK_LOG2 if quick else FULL_WORK_LOG2)
+
+
 def sizes(w: int, quick: bool) -> tuple[int, int]:
-    """(rows, rows per packet) for work w: about the same work per point (2^27 or 2^29
-    multiplications, ~0.15 / 0.5 s at the ~1 ns per step measured here), at most 2^18 /
-    2^20 rows, and at least 64 packets so that every channel gets many."""
-    budget = 1 << (27 if quick else 29)
+    """(rows, rows per packet) for work w: about the same work per point
+    (`work_budget`), at most 2^18 / 2^20 rows, and at least 64 packets so that every
+    channel gets many."""
+    budget = work_budget(quick)
     rmax = 1 << (18 if quick else 20)
     rows = int(min(rmax, max(1 << 11, budget // w)))
     return rows, int(min(4096, max(16, rows // 64)))
@@ -181,7 +191,7 @@ class Runner:
         self.runs = 0
 
     def timed(self, plan) -> tuple[float, dict]:
-        gc.collect()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
+        collect_before_run()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
         t = time.perf_counter()
         res = self.sched.submit(plan).result(3600)
         self.runs += 1
@@ -336,7 +346,7 @@ def exp_regions(ctx: Ctx) -> dict:
 
         # Fig. 12/13 style: application kernels vs N
         apps = {}
-        budget = 1 << (27 if quick else 29)
+        budget = work_budget(quick)
         w_parse, w_match = 1 << 10, 1 << 12  # the paper's Parse : Match cost is 140 us : 3.5 ms
         rows = budget // (w_parse + w_match)
         cep = plan_cep(rows, max(16, min(4096, rows // 64)), w_parse, w_match, rng)

@@ -36,7 +36,6 @@ between the workers of a batch pays.
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
 import sys
@@ -49,7 +48,7 @@ import topology as T
 from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-from experiments.framework import Ctx, Recorder, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
@@ -156,7 +155,7 @@ class Runner:
         cfg = TxnConfig(store, T_, interval=p.interval, cc=p.cc, numa_mode=p.numa_mode, work_stealing=p.stealing,
                         pat_partitions=parts, pat_seq=ps, kernel_wrap=released.timed_namespace if timed else None)
         was = released.enable(True) if timed else None
-        gc.collect()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
+        collect_before_run()  # the previous runs' garbage, outside the timing (experiments/ordered.py Runner.run)
         try:
             r = run_once(sched, app, store, events, cfg, keep=check, deadline_s=budget or self.budget_s)
         finally:

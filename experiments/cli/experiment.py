@@ -149,7 +149,7 @@ def run(args) -> int:
     from experiments.cli.outputs import ResultSet
 
     rs = ResultSet(args.out, manifest=f"_bobox_experiment_{args.name}.json", what="--out",
-                   command=["bobox", *sys.argv[1:]])
+                   command=["bobox", *getattr(args, "argv", sys.argv[1:])])
     with rs:  # a clean exit writes the manifest
         t0 = time.time() - 2.0  # file times may be coarser than the clock
         summary = _dispatch(args)
@@ -163,28 +163,21 @@ def run(args) -> int:
 
 
 def _dispatch(args) -> dict:
+    """Import the experiment, then run it with the heap frozen (framework.frozen_heap: the
+    collection before each measured run walks only what the runs made)."""
+    from experiments.framework import frozen_heap
+
     if args.name == "regions":  # parallel regions (seed 001); not part of "all"
-        from experiments import regions
-
-        summary = regions.run_experiment(args)
+        from experiments.regions import run_experiment
     elif args.name == "ordered":  # seed 000
-        from experiments import ordered
-
-        summary = ordered.run_experiment(args)
+        from experiments.ordered import run_experiment
     elif args.name == "streams":  # seed 004
-        from experiments import streams_exp
-
-        summary = streams_exp.run(args)
+        from experiments.streams_exp import run as run_experiment
     elif args.name == "tstream":  # seed 002
-        from experiments import tstream
-
-        summary = tstream.run_experiment(args)
+        from experiments.tstream import run_experiment
     elif args.name == "policies":  # every policy on one workload
-        from experiments import policies
-
-        summary = policies.run_experiment(args)
+        from experiments.policies import run_experiment
     else:
-        from experiments import locality
-
-        summary = locality.run_experiment(args)
-    return summary
+        from experiments.locality import run_experiment
+    with frozen_heap():
+        return run_experiment(args)
