@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import clirun
 from bobox_sched import BoboxError, Scheduler
 from bobox_sched.core import limits
 from experiments.cli import outputs
@@ -50,13 +51,14 @@ from operators.tpch_schema import COLUMNS, check_types
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bobox(*args, cwd=None, timeout=300, **kw):
-    # This checkout's code whatever the working directory (`-m` looks in the working
-    # directory first, then in the installed package, which may be another checkout's).
-    env = kw.pop("env", None) or dict(os.environ)
+def bobox(*args, cwd=None, timeout=300):
+    """`bobox ARGS` as a child process forked from one that imported the command once
+    (tests/clirun.py: a new interpreter's imports cost about 0.9 CPU-s a call, and this
+    module makes about a hundred). The processes the command starts itself (tpchgen-cli,
+    Spark's workers) get this checkout's code on PYTHONPATH."""
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or ROOT, env=env, **kw)
+    return clirun.bobox(*args, cwd=cwd or ROOT, env=env, timeout=timeout)
 
 
 def refused(r, *words) -> str:

@@ -5,21 +5,28 @@ assertions: the figures are whatever this machine measured."""
 
 import csv
 import json
-import subprocess
-import sys
 
+import clirun
 import pytest
 
+from experiments import regions
 from experiments.framework import CSV_COLUMNS
 
 pytestmark = pytest.mark.slow
+
+# Work per point, log2 (the quick run's is regions.QUICK_WORK_LOG2 = 27): these tests check
+# the outputs' shape and the ordering, not the figures, and 2^27 per point cost the module
+# 83 CPU-s (measurements/2026-11-27-test-time/cpu-per-module-8250309.txt).
+TEST_WORK_LOG2 = 22
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("regions")
-    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "regions", "--quick", "--repeat", "1",
-                        "--out", str(out), "--json", "--no-progress"], capture_output=True, text=True, timeout=1800)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(regions, "QUICK_WORK_LOG2", TEST_WORK_LOG2)
+        r = clirun.in_process("experiment", "regions", "--quick", "--repeat", "1", "--out", out, "--json",
+                              "--no-progress")
     assert r.returncode == 0, r.stderr[-3000:]
     return out, json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -54,6 +61,5 @@ def test_summary(quick):
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "regions", "--repeat", "0", "--out",
-                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = clirun.bobox("experiment", "regions", "--repeat", "0", "--out", tmp_path, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1

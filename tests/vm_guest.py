@@ -80,18 +80,23 @@ def alloc():
     return res
 
 
+def bobox_cli(*argv) -> str:
+    """`bobox ARGV...` by the command's main() in this process (tests/clirun.py): each
+    `python -m bobox_sched` in a new interpreter paid a start and the imports of numba,
+    numpy and pyarrow again, about 100 s under emulation. Its stdout; a status other than
+    0 raises with its stderr."""
+    import clirun
+
+    r = clirun.in_process(*argv)
+    if r.returncode != 0:
+        raise RuntimeError(f"bobox {' '.join(map(str, argv))}: exit {r.returncode}: {r.stderr[-2000:]}")
+    return r.stdout
+
+
 @check
 def numa_factor():
-    import subprocess
-
-    r = subprocess.run(
-        [sys.executable, "-m", "bobox_sched", "topology", "--numa-factor", "--bytes", "4M",
-         "--repeat", "1", "--json"],
-        capture_output=True, text=True,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(r.stderr)
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    out = bobox_cli("topology", "--numa-factor", "--bytes", "4M", "--repeat", "1", "--json")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _kernel_cpus(native_id):
@@ -175,9 +180,8 @@ def sched_balance():
 
 @check
 def experiments():
-    """numa-factor and numa-placement on this (2-node) guest, through the CLI."""
+    """numa-factor and numa-placement on this (2-node) guest, through the CLI's main()."""
     import csv
-    import subprocess
 
     out = "/tmp/exp"
     data = os.environ["BOBOX_VM_DATA"]
@@ -185,18 +189,13 @@ def experiments():
     for name, extra in (("numa-factor", ["--bytes", "4M"]), ("numa-placement", [])):
         # numa-factor's default array (64 MiB, 4 pairs) took most of this check's 323 s
         # under emulation; 4 MiB still measures every node pair on the kernel's pages
-        r = subprocess.run(
-            [sys.executable, "-m", "bobox_sched", "experiment", name, "--quick", "--repeat", "1", "--out", out,
-             "--data", data, "--no-progress", "--json", *extra],
-            capture_output=True, text=True,
-        )
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr[-2000:])
+        stdout = bobox_cli("experiment", name, "--quick", "--repeat", "1", "--out", out, "--data", data,
+                           "--no-progress", "--json", *extra)
         with open(f"{out}/{name}.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         with open(f"{out}/{name}.png", "rb") as f:
             png = f.read(8)
-        summary[name] = {"json": json.loads(r.stdout.strip().splitlines()[-1]), "csv_rows": len(rows),
+        summary[name] = {"json": json.loads(stdout.strip().splitlines()[-1]), "csv_rows": len(rows),
                          "png_ok": png == b"\x89PNG\r\n\x1a\n"}
     with open(f"{out}/report.md") as f:
         summary["report"] = f.read()
