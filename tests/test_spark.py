@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import clirun
 import pytest
 from operators import tpch_partial
 from operators.data import DataError, read_manifest
@@ -313,7 +314,8 @@ def test_cli_run_on_bobox_datagen_output(tpch, tmp_path):
 ])
 def test_cli_bad_input_one_line_exit_2(sdata, args, message):
     port = free_port()
-    p = bobox(*[a.format(data=sdata, port=port) for a in args], timeout=60)
+    # refused before Spark starts: forked from a process that imported the command once
+    p = clirun.bobox(*[a.format(data=sdata, port=port) for a in args], cwd=ROOT, timeout=60)
     assert p.returncode == 2, (p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], p.stderr
@@ -321,7 +323,7 @@ def test_cli_bad_input_one_line_exit_2(sdata, args, message):
 
 def test_cli_help():
     for sub in ("datagen", "run", "report", "bench"):
-        p = bobox("spark", sub, "--help", timeout=60)
+        p = clirun.bobox("spark", sub, "--help", cwd=ROOT, timeout=60)
         assert p.returncode == 0 and "--master" in p.stdout
 
 
