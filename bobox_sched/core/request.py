@@ -22,6 +22,7 @@ from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from bobox_sched.control.progress import Passage
 from bobox_sched.core.errors import RequestCancelled
 from bobox_sched.core.sync import round_robin
 
@@ -62,7 +63,8 @@ class Request:
         self.future: Future = Future()
         self.ops = ops
         self.sources = [op for op in ops.values() if not op.inputs]
-        self.remaining = len(ops)
+        # complete when every operator has passed End (control/progress.py)
+        self.progress = Passage(len(ops))
         for name, op in ops.items():
             op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
@@ -104,10 +106,18 @@ class Request:
             self._end(self.DONE)
 
     def op_finished(self, op) -> None:
+        """Operator `op` passed End (it finished): the last one completes the request. One
+        that finishes twice is a runtime error, and the request fails with it (counted
+        twice, it would have completed the request early)."""
         with self._lock:
-            self.remaining -= 1
-            last = self.remaining == 0 and self.state is self.ACTIVE
-        if last:
+            try:
+                last = self.progress.pass_(op.name, final=True) and self.state is self.ACTIVE
+                twice = None
+            except RuntimeError as e:
+                last, twice = False, e
+        if twice is not None:
+            self.fail(twice, op)
+        elif last:
             self._end(self.DONE)
 
     def fail(self, exc: BaseException, op=None) -> None:

@@ -49,7 +49,7 @@ Protocol (who touches what, when):
 * An instance's buffers and stash: only the thread running the instance, except that
   from its arrival until its post-processing the batch's tasks read its partitioned
   operations (it runs no compute meanwhile: ``waiting``).
-* ``Group._lock`` guards ``arrived``, ``eos``, ``phase``, ``batch``, ``done_batch``,
+* ``Group._lock`` guards ``arrivals`` (a Passage), ``phase``, ``batch``, ``done_batch``,
   ``open_batch``, ``_posts``, ``gate_waiters``, ``outstanding`` and the round's
   tallies. It is taken twice per instance per batch (arrival, end of its
   post-processing) and once per task per round -- never per packet or per operation.
@@ -95,6 +95,7 @@ import numpy as np
 from topology import current_node
 
 from bobox_sched.core.operator import Operator
+from bobox_sched.control.progress import Passage
 from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.core.task import claim, schedule
 from bobox_sched.core.worker import current_worker
@@ -210,8 +211,9 @@ class Group:
         self.rec_ver = np.zeros(G, np.int64)
         self.insts = [None] * self.T
         self._lock = threading.Lock()
-        self.arrived: set = set()
-        self.eos: set = set()
+        # barrier 1: every instance passed this batch's punctuation, one that reached its
+        # end of stream passed every later one (control/progress.py)
+        self.arrivals = Passage(self.T)
         self.batch = 0
         self.done_batch = -1
         # the last batch the dealer's gate counts as finished: every instance post-processed
@@ -274,19 +276,16 @@ class Group:
         with self._lock:
             if self.phase != COMPUTE:
                 raise RuntimeError(f"instance {executor} arrived while the group is in {self.phase} mode")
-            if final:
-                self.eos.add(executor)
-            elif punct_ts is not None:
+            if not final and punct_ts is not None:
                 if self.punct_ts is None:
                     self.punct_ts = punct_ts
                 elif self.punct_ts != punct_ts:
                     raise ValueError(f"batch {self.batch}: executors got punctuations with different timestamps "
                                      f"({self.punct_ts} and {punct_ts})")
-            self.arrived.add(executor)
-            last = len(self.arrived) == self.T
+            last = self.arrivals.pass_(executor, final)
             if last:
                 self.phase = BUILD
-                self.final = len(self.eos) == self.T
+                self.final = self.arrivals.all_ended
         if last:
             self._start_batch()
 
@@ -541,7 +540,7 @@ class Group:
         with self._lock:
             self.done_batch = self.batch
             self.batch += 1
-            self.arrived = set(self.eos)
+            self.arrivals.next()
             self.punct_ts = None
             self.phase = COMPUTE
             if self.gate_on_posts and posts:
