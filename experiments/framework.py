@@ -76,6 +76,32 @@ class Ctx:
             self._data = ensure_data(self.data_arg, self.sf, progress=self.progress)
         return self._data
 
+    @classmethod
+    def from_args(cls, args, repeat: int | tuple[int, int] = (3, 5), *, data: bool = False,
+                  threads: bool = False, virtual_nodes: bool = False, make_folder: bool = True) -> "Ctx":
+        """The context of one ``bobox experiment NAME`` from its parsed arguments: the
+        ``--out`` folder (created unless `make_folder` is false: the experiment checks
+        more first), the repeats (`repeat`: --repeat or its default with --quick /
+        without; a plain int ignores --repeat), progress, the command as typed, the
+        machine probed. `data`, `threads`, `virtual_nodes`: the experiment reads
+        --data/--sf, --threads-per-node, --virtual-nodes (else they are None)."""
+        import shlex
+
+        out = output_folder(args.out) if make_folder else Path(args.out)
+        if isinstance(repeat, int):
+            n = repeat
+        else:
+            n = getattr(args, "repeat", None) or (repeat[0] if args.quick else repeat[1])
+        argv = getattr(args, "argv", None) or ["experiment", getattr(args, "name", "")]
+        ctx = cls(out=out, repeat=n, quick=args.quick,
+                  data_arg=args.data if data else None, sf=args.sf if data else None,
+                  threads_per_node=args.threads_per_node if threads else None,
+                  virtual_nodes=args.virtual_nodes if virtual_nodes else None,
+                  progress=not args.no_progress, command="bobox " + " ".join(shlex.quote(a) for a in argv),
+                  array_bytes=getattr(args, "bytes", None))
+        ctx.topo = T.probe()
+        return ctx
+
     def bar(self, total: int, desc: str):
         from tqdm import tqdm
 

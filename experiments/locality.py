@@ -14,7 +14,6 @@ and JSON use the median.
 
 from __future__ import annotations
 
-import shlex
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ import numpy as np
 import topology as T
 from topology.virtual import virtual_topology
 
-from experiments.framework import (Ctx, Recorder, fmt_bytes, make_scheduler, md_table, output_folder, pyplot,
+from experiments.framework import (Ctx, Recorder, fmt_bytes, make_scheduler, md_table, pyplot,
                                    save_figure, write_section)
 
 
@@ -454,20 +453,8 @@ EXPERIMENTS = {
 
 
 def run_experiment(args) -> dict:
-    out = output_folder(args.out)
-    ctx = Ctx(
-        out=out,
-        repeat=args.repeat or (3 if args.quick else 5),
-        quick=args.quick,
-        data_arg=args.data,
-        sf=args.sf,
-        threads_per_node=args.threads_per_node,
-        virtual_nodes=args.virtual_nodes,
-        progress=not args.no_progress,
-        command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]),
-        array_bytes=getattr(args, "bytes", None),
-    )
-    ctx.topo = T.probe()
+    ctx = Ctx.from_args(args, data=True, threads=True, virtual_nodes=True)
+    out = ctx.out
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     summary = {}
     for name in names:

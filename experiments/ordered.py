@@ -40,16 +40,14 @@ said in the report).
 from __future__ import annotations
 
 import os
-import shlex
 import statistics
 import sys
 import time
 
 import numpy as np
 
-import topology as T
 
-from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, panel_grid, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, panel_grid, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 HEURISTICS = ("ct", "lp", "et", "qst")
@@ -451,16 +449,13 @@ FIGURES = (8, 9, 10, 11, 12, 13, 14)
 
 
 def run_experiment(args) -> dict:
-    out = output_folder(args.out)
     quick = args.quick
     COST_MODE[0] = "sleep" if getattr(args, "emulate", False) else "compute"
     # --quick: 3 repeats as ``--help`` says; one run per point left the shapes of figures
     # 9 and 12 to whatever else the shared machine ran at that moment (measured: a run
     # with one core taken by another process halved HYBRID-QUEUE's throughput at every sigma)
-    ctx = Ctx(out=out, repeat=args.repeat or 3, quick=quick, data_arg=None, sf=None,
-              threads_per_node=None, virtual_nodes=None, progress=not args.no_progress,
-              command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]))
-    ctx.topo = T.probe()
+    ctx = Ctx.from_args(args, repeat=(3, 3))
+    out = ctx.out
     ncpu = len(ctx.topo.cpus)
     workers = worker_counts(ncpu, getattr(args, "workers", None))
     figures = FIGURES if not getattr(args, "figures", None) else tuple(sorted({int(f) for f in args.figures.split(",")}))

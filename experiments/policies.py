@@ -58,12 +58,10 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import shlex
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -546,13 +544,8 @@ def check_args(args) -> None:
 
 def run_experiment(args) -> dict:
     """``bobox experiment policies``: build the experiments' context, run, print the table."""
-    import topology as T
-
-    out = Path(args.out)
-    ctx = Ctx(out=out, repeat=args.repeat or (3 if args.quick else 5), quick=args.quick, data_arg=None, sf=None,
-              threads_per_node=None, virtual_nodes=None, progress=not args.no_progress,
-              command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]))
-    ctx.topo = T.probe()
+    ctx = Ctx.from_args(args, make_folder=False)
+    out = ctx.out
     workers, per_node = _workers(ctx, getattr(args, "workers", None))  # before any work
     rows = getattr(args, "rows", None) or (ROWS_QUICK if args.quick else ROWS_DEFAULT)
     output_folder(out)

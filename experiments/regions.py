@@ -42,7 +42,7 @@ from bobox_sched.regions.fission import parallelize
 from bobox_sched.control.punct import Window
 
 from experiments import region_ops as R
-from experiments.framework import Ctx, Recorder, collect_before_run, make_scheduler, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, make_scheduler, md_table, pyplot, save_figure, write_section
 
 NAME = "regions"
 NKEYS = 1024
@@ -524,16 +524,8 @@ def _pct(v) -> str:
 
 def run_experiment(args) -> dict:
     """``bobox experiment regions``: builds the experiment context (``experiments/framework.py``) and runs."""
-    import shlex
-
-    import topology as T
-
-
-    out = output_folder(args.out)
-    ctx = Ctx(out=out, repeat=args.repeat or (3 if args.quick else 5), quick=args.quick, data_arg=None, sf=None,
-              threads_per_node=args.threads_per_node, virtual_nodes=None, progress=not args.no_progress,
-              command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]))
-    ctx.topo = T.probe()
+    ctx = Ctx.from_args(args, threads=True)
+    out = ctx.out
     t0 = time.perf_counter()
     print(f"[experiment] {NAME} ...", file=sys.stderr, flush=True)
     summary = exp_regions(ctx)

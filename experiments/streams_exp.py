@@ -62,7 +62,7 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
-from experiments.framework import Ctx, Recorder, md_table, output_folder, panel_grid, panel_rows, save_figure, write_section
+from experiments.framework import Ctx, Recorder, md_table, panel_grid, panel_rows, save_figure, write_section
 from experiments.handoff import describe, wake_us
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
@@ -532,16 +532,10 @@ def parse_shapes(v: str | None) -> tuple[str, ...] | None:
 def run(args) -> dict:
     """``bobox experiment streams``: build the experiment context
     (``experiments/framework.py``), run, print where the files are."""
-    import shlex
     import sys
 
-    import topology as T
-
-    out = output_folder(args.out)
-    ctx = Ctx(out=out, repeat=1, quick=args.quick, data_arg=None, sf=None, threads_per_node=None,
-              virtual_nodes=None, progress=not args.no_progress,
-              command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:]))
-    ctx.topo = T.probe()
+    ctx = Ctx.from_args(args, repeat=1)
+    out = ctx.out
     t0 = time.perf_counter()
     print("[experiment] streams ...", file=sys.stderr, flush=True)
     summary = exp_streams(ctx, args.ops, shapes=parse_shapes(getattr(args, "shapes", None)),

@@ -48,7 +48,7 @@ import topology as T
 from bobox_sched.core.errors import BoboxError
 from topology.virtual import virtual_topology
 
-from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 SCHEMES = ("tstream", "lock", "mvlk", "pat", "nolock")
@@ -328,14 +328,7 @@ def run_experiment(args, ctx: Ctx | None = None) -> dict:
     events = getattr(args, "events", None) or (20_000 if quick else 200_000)
     budget = 1.0 if quick else 3.0
     if ctx is None:
-        import shlex
-
-        out = output_folder(args.out)
-        ctx = Ctx(out=out, repeat=repeat, quick=quick, data_arg=None, sf=None,
-                  threads_per_node=args.threads_per_node, virtual_nodes=args.virtual_nodes,
-                  progress=not args.no_progress,
-                  command="bobox " + " ".join(shlex.quote(a) for a in getattr(args, "argv", ["experiment", "tstream"])))
-        ctx.topo = T.probe()
+        ctx = Ctx.from_args(args, repeat=repeat, threads=True, virtual_nodes=True)
     threads = thread_counts(ctx)
     tmax = threads[-1]
     vnodes = ctx.virtual_nodes or (2 if len(ctx.topo.cpu_nodes) == 1 else None)
