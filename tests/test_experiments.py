@@ -4,9 +4,8 @@ section of report.md; the figures in the JSON are consistent. No timing assertio
 
 import csv
 import json
-import subprocess
-import sys
 
+import clirun
 import pytest
 
 from topology.virtual import virtual_topology
@@ -18,7 +17,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *args], capture_output=True, text=True, timeout=900)
+    # forked from a process that imported the command once (tests/clirun.py)
+    return clirun.bobox(*args, timeout=900)
 
 
 @pytest.fixture(scope="module")

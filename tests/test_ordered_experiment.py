@@ -6,9 +6,8 @@ No timing assertions."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import clirun
 import pytest
 from test_experiments import check_png, read_csv
 
@@ -18,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def run_cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    # forked from a process that imported the command once (tests/clirun.py)
+    return clirun.bobox(*args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,9 @@ equality; bad input. No timing assertions: the figures are whatever this machine
 measured."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
+import clirun
 import pytest
 
 from experiments.framework import CSV_COLUMNS
@@ -26,8 +25,8 @@ OLD = ("<!-- bobox:regions -->\n## Parallel regions\n\nkept\n<!-- /bobox:regions
 
 
 def bobox(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    # forked from a process that imported the command once (tests/clirun.py)
+    return clirun.bobox(*args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,15 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
+import clirun
 import pyarrow.parquet as pq
 from operators.tpch_sql import compare_tables, duckdb_answer, output_columns
 
 
 def bobox(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    # forked from a process that imported the command once (tests/clirun.py)
+    return clirun.bobox(*args, timeout=timeout)
 
 
 def test_run_writes_answers_and_metrics(tpch, tmp_path):

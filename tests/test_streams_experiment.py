@@ -5,11 +5,10 @@ the JSON keys of issue 13; the graph shapes; bad input. No timing assertions."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 
 import numpy as np
+import clirun
 import pytest
 
 from experiments.framework import CSV_COLUMNS, Ctx
@@ -220,8 +219,7 @@ def test_shapes_are_taken_in_their_order_and_checked():
     ("dp,mixed,dp", "'dp' is named twice"),
 ])
 def test_bad_shapes(tmp_path, value, msg):
-    r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", "--quick", "--shapes", value,
-                        "--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    r = clirun.bobox("experiment", "streams", "--quick", "--shapes", value, "--out", tmp_path / "x", timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --shapes") and msg in lines[0]
     assert not (tmp_path / "x").exists()
@@ -232,12 +230,10 @@ def test_bad_input():
                       (["--repeat", "3"], "--repeat does not apply"), (["--tuple-rows", "0"], "--tuple-rows must be"),
                       (["--tuple-rows", "16385"], "--tuple-rows must be"),
                       (["--tuple-rows", "x"], "not an integer")):
-        r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", "streams", *args],
-                           capture_output=True, text=True, timeout=120)
+        r = clirun.bobox("experiment", "streams", *args, timeout=120)
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error:") and msg in r.stderr
     for args in (["balancer", "--ops", "100"], ["ordered", "--shapes", "mixed"], ["tstream", "--tuple-rows", "8"]):
-        r = subprocess.run([sys.executable, "-m", "bobox_sched", "experiment", *args],
-                           capture_output=True, text=True, timeout=120)
+        r = clirun.bobox("experiment", *args, timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1
         assert lines[0] == f"error: {args[1]} applies to 'bobox experiment streams' only"

@@ -4,9 +4,8 @@ issue asks for; every correct run equal to the oracle. No timing assertions."""
 
 import csv
 import json
-import subprocess
-import sys
 
+import clirun
 import pytest
 
 from experiments.framework import CSV_COLUMNS
@@ -16,7 +15,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bobox_sched", *args], capture_output=True, text=True, timeout=1500)
+    # forked from a process that imported the command once (tests/clirun.py)
+    return clirun.bobox(*args, timeout=1500)
 
 
 @pytest.fixture(scope="module")
