@@ -55,7 +55,6 @@ Writes ``DIR/policies.csv`` (long format, ``experiments/framework.py``),
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import statistics
@@ -72,7 +71,7 @@ from bobox_sched.control import model as M
 from bobox_sched.control.punct import Window
 from operators.stream.ordered_micro import _iterate
 
-from experiments.framework import Ctx, Recorder, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
 
 NAME = "policies"
@@ -284,9 +283,9 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
     ref = reference(ctx, plan)
     bar.update(1)
     # Full collections walk every object of the process (numba's are many): one freeze
-    # after the imports and the first run keeps that cost out of every configuration alike.
-    gc.collect()
-    gc.freeze()
+    # after the imports and the first run keeps that cost out of every configuration alike
+    # (framework's frozen heap: given back when the experiment ends).
+    collect_before_run()
     excluded: dict = {}
     active = []
     for cfg in cfgs:  # warm-up; a configuration that cannot run the chain is excluded here

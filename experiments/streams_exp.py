@@ -51,7 +51,6 @@ hand-off: with N rows that is N times sooner (streams_ops module doc).
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
 import threading
@@ -62,7 +61,7 @@ import numpy as np
 from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
-from experiments.framework import Ctx, Recorder, md_table, panel_grid, panel_rows, save_figure, write_section
+from experiments.framework import Ctx, Recorder, collect_before_run, md_table, panel_grid, panel_rows, save_figure, write_section
 from experiments.handoff import describe, wake_us
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
@@ -240,9 +239,9 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     burn_rows_held(one, 10)
     # Full collections walk every object of the process (numba's are many); operators that
     # nest deeply (manual, reSchedule) promote young objects and make them frequent. One
-    # freeze after the imports keeps that cost out of every series alike.
-    gc.collect()
-    gc.freeze()
+    # freeze after the imports keeps that cost out of every series alike (framework's
+    # frozen heap: given back when the experiment ends).
+    collect_before_run()
     handoff = wake_us()  # the machine's hand-off cost, before the runs (experiments/handoff.py)
     el_kw = {"elastic": True, "max_level": cfg["max_level"], "period_s": cfg["period_s"]}
     if cfg["min_level"] is not None:
