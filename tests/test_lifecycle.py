@@ -320,7 +320,7 @@ def test_the_back_off_starts_again_after_a_task(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(worker_mod, "_sleep", clock.sleep, raising=False)
     script = iter(["raise", "raise", "raise", "task", "raise", "raise"])
-    op = SimpleNamespace(_bx_req=SimpleNamespace(wsteps=[[0] * 6]))
+    op = SimpleNamespace(req=SimpleNamespace(wsteps=[[0] * 6]))
 
     def next_task(w):
         step = next(script, None)

@@ -62,7 +62,7 @@ class Req:
 
 class Op:
     def __init__(self, req, label):
-        self._bx_req = req
+        self.req = req
         self.label = label
 
     def __repr__(self):

@@ -49,7 +49,7 @@ class FakeOp:
     def __init__(self, name, inputs=("in",)):
         self.name = name
         self.inputs = inputs
-        self._bx_req = FakeReq()
+        self.req = FakeReq()
 
 
 def ports(n, capacity=4):
@@ -284,7 +284,7 @@ class PortGuard(Operator):
             finally:
                 self.inside[j].release()
         with self.lock:
-            done = len(self.closed) == 2 and not ctx.op._bx_finishing
+            done = len(self.closed) == 2 and not ctx.task.finishing
             if done:
                 ctx.set_result({"seen": self.seen, "violations": self.violations, "overlap": self.overlap})
                 ctx.close()
@@ -459,7 +459,7 @@ def test_a_thread_told_to_suspend_inside_a_tuple_finishes_it_runs_one_more_and_p
         (w,) = s.workers
         h = s.submit(plan)
         sink = h._request.ops["sink"]
-        q = s.policy.records[id(sink)].ports[0].q
+        q = s.policy.records[id(h._request.tasks["sink"])].ports[0].q  # the policy's record of its task
         put_x(ch, [0])
         assert hold.entered.wait(WAIT_S)
         put_x(ch, range(1, n + 1))
@@ -498,9 +498,9 @@ def test_a_thread_told_to_suspend_inside_reschedule_stops_after_that_tuple_and_p
         assert s.policy.resched_limit == n // 4
         (w,) = s.workers
         h = s.submit(plan)
-        ops = h._request.ops
+        ops, tasks = h._request.ops, h._request.tasks
         recs = s.policy.records
-        relay_q, sink_q = recs[id(ops["relay"])].ports[0].q, recs[id(ops["sink"])].ports[0].q
+        relay_q, sink_q = recs[id(tasks["relay"])].ports[0].q, recs[id(tasks["sink"])].ports[0].q
         put_x(ch, [0])
         assert at_relay.entered.wait(WAIT_S)
         put_x(ch, range(1, n + 1))
@@ -687,7 +687,7 @@ class Gate(Operator):
             for port in self.inputs:
                 if ctx.at_eos(port):
                     self.closed.add(port)
-            if len(self.closed) == 2 and not ctx.op._bx_finishing:
+            if len(self.closed) == 2 and not ctx.task.finishing:
                 ctx.close()
                 ctx.finish()
 
@@ -754,7 +754,7 @@ def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
         (w,) = s.workers
         h = s.submit(gate_plan(blocked))
         ops = h._request.ops
-        gate, relay_q = ops["gate"], pol.records[id(ops["relay"])].ports[0].q
+        gate, relay_q = ops["gate"], pol.records[id(h._request.tasks["relay"])].ports[0].q
         assert blocked.wait(WAIT_S)
         until(lambda: not pol.op_threads)  # both sources pushed everything and ended
         assert pol.retired_executed == 0 and len(relay_q) == GATE_N + 1
@@ -894,7 +894,7 @@ def test_an_overflow_taking_the_state_lock_leaves_the_port_unlocked(model):
     from bobox_sched.policies.streams.models import ManualPolicy
 
     op = FakeOp("gate", inputs=("a", "b"))
-    op._bx_finished = False
+    op.finished = False
     mutex = _StateLockOverflows()
     port = PortRecord(op, None, 0, 1, mutex, False)
     ran = []

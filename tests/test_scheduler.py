@@ -107,7 +107,7 @@ class OccupancyProbe(StreamOperator):
         self.n = 0
 
     def on_packet(self, ctx, port, pkt):
-        self.max_seen = max(self.max_seen, len(self._bx_inq[0]) + 1)
+        self.max_seen = max(self.max_seen, len(ctx.task.inq[0]) + 1)
         self.n += 1
         time.sleep(0.0005)
 

@@ -89,10 +89,9 @@ class Collect(StreamOperator):
 
 def bind(cap=1):
     req = FakeRequest()
-    s, r = Sender(), Collect()
-    s._bind("s", req, cap)
-    r._bind("r", req, cap)
-    s._bx_dst[0] = (r, 0)
+    s = task.Task(Sender(), "s", req, cap)  # the runtime's records of the two operators
+    r = task.Task(Collect(), "r", req, cap)
+    s.dst[0] = (r, 0)
     return req, s, r
 
 
@@ -117,23 +116,23 @@ def test_recv_fast_path_never_strands_a_sender_that_registered_during_the_take()
     must wake it, or the sender's second look must see the room."""
     req, s, r = bind(cap=1)
     wr, ws = fake_worker(), fake_worker()
-    r._bx_inq[0].append(pkt(0))  # full
-    s.todo.append(pkt(1))
+    r.inq[0].append(pkt(0))  # full
+    s.op.todo.append(pkt(1))
 
     def sender_runs():
-        s._bx_tok.acquire()
+        s.tok.acquire()
         task.run_task(ws, s)  # sends pkt(1): rejected (full), waits in the outbox
 
-    r._bx_inq[0].waiters = HookDeque()
-    r._bx_inq[0].waiters.hook = sender_runs
-    r._bx_tok.acquire()
+    r.inq[0].waiters = HookDeque()
+    r.inq[0].waiters.hook = sender_runs
+    r.tok.acquire()
     task.run_task(wr, r)  # takes pkt(0); the sender runs at the switch point
     # Either the packet got in, or the sender has a task (it holds its token and was
     # pushed): a sender with a packet in its outbox, no task, and room at the receiver
     # waits for ever (the receiver's next take needs a packet, only the sender has one).
-    assert not s._bx_outbox or s in req.policy.pushed, (
+    assert not s.outbox or s in req.policy.pushed, (
         "sender stranded: its packet waits in the outbox for room that exists "
-        f"(receiver buffer {len(r._bx_inq[0])}/1, waiters {list(r._bx_inq[0].waiters)})"
+        f"(receiver buffer {len(r.inq[0])}/1, waiters {list(r.inq[0].waiters)})"
     )
 
 
@@ -147,20 +146,18 @@ def test_a_sender_waits_on_the_port_it_sent_to():
     (core/port.py): a take from the receiver's other input leaves it waiting, a take
     from its port wakes it."""
     req = FakeRequest()
-    a, b, j = Sender(), Sender(), TwoInputs()
-    for name, op in (("a", a), ("b", b), ("j", j)):
-        op._bind(name, req, 1)
-    a._bx_dst[0], b._bx_dst[0] = (j, 0), (j, 1)
+    a, b, j = (task.Task(op, name, req, 1) for name, op in (("a", Sender()), ("b", Sender()), ("j", TwoInputs())))
+    a.dst[0], b.dst[0] = (j, 0), (j, 1)
     w = fake_worker()
     assert task._deliver(w, a, 0, pkt(0)) and task._deliver(w, b, 0, pkt(1))
     assert not task._deliver(w, a, 0, pkt(2))  # 'l' is full: a waits on it
-    assert list(j._bx_inq[0].waiters) == [a] and not j._bx_inq[1].waiters
+    assert list(j.inq[0].waiters) == [a] and not j.inq[1].waiters
     req.policy.pushed.clear()
-    w.ctx.op = j
+    w.ctx.task = j
     assert int(w.ctx.recv("r")["x"][0]) == 1  # a take from the other input
-    assert a not in req.policy.pushed and list(j._bx_inq[0].waiters) == [a]
+    assert a not in req.policy.pushed and list(j.inq[0].waiters) == [a]
     assert int(w.ctx.recv("l")["x"][0]) == 0  # a take from a's port
-    assert a in req.policy.pushed and not j._bx_inq[0].waiters
+    assert a in req.policy.pushed and not j.inq[0].waiters
 
 
 # -- every single preemption ------------------------------------------------------------
@@ -269,7 +266,7 @@ class SimPolicy(RecordingPolicy):
     def run(self, worker, op):
         if op in self.running:
             self.errors.append(f"two workers run {op.name}")
-        if not op._bx_tok.locked():
+        if not op.tok.locked():
             self.errors.append(f"a task of {op.name} without its token")
         self.running[op] = worker
         try:
@@ -351,17 +348,17 @@ class World:
     def __init__(self, ops, edges, cap=1):
         self.req = FakeRequest()
         self.req.policy = self.policy = SimPolicy()
-        self.ops = ops
-        for i, op in enumerate(ops):
-            op._bind(f"op{i}", self.req, cap)
-            op._bx_tok = Token(op, self.policy)
+        self.ops = ops  # the operators (what they collected); their tasks below
+        self.tasks = [task.Task(op, f"op{i}", self.req, cap) for i, op in enumerate(ops)]
+        for t in self.tasks:
+            t.tok = Token(t, self.policy)
         for a, i, b, j in edges:
-            ops[a]._bx_dst[i] = (ops[b], j)
+            self.tasks[a].dst[i] = (self.tasks[b], j)
         self.w1, self.w2 = fake_worker(), fake_worker()
-        for op in ops:
-            if not op.inputs:
-                op._bx_tok.acquire()
-                self.policy.pending.append(op)
+        for t in self.tasks:
+            if not t.inputs:
+                t.tok.acquire()
+                self.policy.pending.append(t)
 
     @classmethod
     def chain(cls, ops, cap=1):
@@ -423,9 +420,9 @@ def explore(make_world, check, parties=World.two_tasks, max_prefix=40):
 def quiescent(world, where):
     """Nothing waits: no outbox holds a packet, no task is pending, every operator is
     finished (the run completed)."""
-    for op in world.ops:
-        assert not op._bx_outbox, f"{where}: {op.name} stranded with {len(op._bx_outbox)} item(s) in its outbox"
-        assert op._bx_finished, f"{where}: {op.name} never finished (inputs {[len(q) for q in op._bx_inq]})"
+    for op in world.tasks:
+        assert not op.outbox, f"{where}: {op.name} stranded with {len(op.outbox)} item(s) in its outbox"
+        assert op.finished, f"{where}: {op.name} never finished (inputs {[len(q) for q in op.inq]})"
     assert not world.policy.pending
     assert not world.req.failed, f"{where}: {world.req.failed}"
 
@@ -614,8 +611,8 @@ class CancelWorld(World):
     def cancel(self):
         req = self.req
         req.state = "cancelled"
-        for op in self.ops:
-            for q in op._bx_inq:
+        for op in self.tasks:
+            for q in op.inq:
                 q.clear()
                 q.waiters.clear()
 
@@ -633,9 +630,9 @@ def test_cancel_every_preemption_drops_every_task():
 
     def check(world, where):
         assert not world.policy.pending, where
-        for op in world.ops:
-            if op._bx_finished:
-                assert not op._bx_outbox and not any(op._bx_inq), f"{where}: {op.name} dropped but holds packets"
+        for op in world.tasks:
+            if op.finished:
+                assert not op.outbox and not any(op.inq), f"{where}: {op.name} dropped but holds packets"
         # an operator that ran into the cleared buffer may fail the (already ended)
         # request: Request.fail is then a no-op; nothing else may fail it
         for exc, op in world.req.failed:

@@ -234,7 +234,7 @@ def test_stealers_walk_the_chains_their_chains_need(mode, monkeypatch):
         local.q = q = collections.deque([task])
         try:
             while q:
-                self._run_task(q.popleft(), None)
+                self._run_task(q.popleft().op, None)  # the pushed Task's _PoolTask
         finally:
             local.q = None
 
@@ -276,7 +276,7 @@ def test_stealers_started_together_walk_each_operation_once(mode, monkeypatch):
         def run(t):
             try:
                 barrier.wait(timeout=30)
-                self._run_task(t, None)  # the last one submits the next round from here
+                self._run_task(t.op, None)  # the pushed Task's _PoolTask; the last submits the next round
             except BaseException as e:  # noqa: BLE001 -- reported by the test
                 errors.append(e)
 

@@ -35,16 +35,12 @@ called each time it is scheduled), :class:`Source` (``next_packet``) or
 
 from __future__ import annotations
 
-from collections import deque
-
-from bobox_sched.control import model as _model
 from bobox_sched.control import punct as _punct
 from bobox_sched.core import packet as _packet
 from bobox_sched.core import seq as _seq
 from bobox_sched.core import task as _task
 from bobox_sched.core.errors import OperatorError
 from bobox_sched.core.packet import Packet
-from bobox_sched.core.port import Port
 
 # The operator states of the Bobox paper (section 3.1: Nothing, Scheduled, Running,
 # Running and scheduled) plus Finished are kept by a task token and a "run again" flag:
@@ -92,60 +88,18 @@ class Operator:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {getattr(self, 'name', '?')}>"
 
-    # -- runtime fields, set by Request._bind (one Operator instance per request) --------
-    def _bind(self, name: str, request, buffer_packets: int) -> None:
-        import threading
-
-        self.name = name
-        self._bx_req = request
-        # The task token and "run again" flag (task.py's module doc): held = the operator
-        # has a task in some list or is running; a FINISHED operator keeps it for ever.
-        self._bx_tok = threading.Lock()
-        self._bx_again = False
-        self._bx_finished = False
-        self._bx_inidx = {p: i for i, p in enumerate(self.inputs)}
-        self._bx_outidx = {p: i for i, p in enumerate(self.outputs)}
-        self._bx_openidx = dict(self._bx_outidx)  # outputs not closed yet (ctx.send's lookup)
-        self._bx_inq = [Port(buffer_packets) for _ in self.inputs]  # input j's buffer (port.py)
-        self._bx_dst = [None] * len(self.outputs)  # (receiver op, its port index) per output
-        self._bx_outclosed = [False] * len(self.outputs)
-        self._bx_outbox = deque()  # (port index, packet or EOS); touched by the running thread only
-        self._bx_resched = False  # process() asked for a deferred re-run (or its delay in s)
-        self._bx_finishing = False  # process() called ctx.finish(); FINISHED once outbox empty
-        self._bx_idle = 0  # re-queues for unread input since the last packet taken or sent (task.py)
-        # How a packet sent on an output reaches its receiver: task._deliver (bounded
-        # buffer, outbox and waiters), unless the policy brings its own send path
-        # (Policy.deliver; set by Request).
-        self._bx_deliver = _task._deliver
-        # NUMA node this operator's tasks run on (None: wherever the policy puts them);
-        # set from Plan.place by Request._bind_nodes.
-        self._bx_node = None
-        # Punctuation handling per input (see the module doc), from the operator model.
-        model = _model.model_of(self)
-        self._bx_model = model
-        self._bx_pexpect = [model.punct_in[p] == _model.EXPECTING for p in self.inputs]
-        self._bx_ppreserve = tuple(i for i, p in enumerate(self.outputs) if model.punct_out[p] == _model.PRESERVES)
-        # Several oblivious inputs: a punctuation leaves once it passed all of them
-        # (task.Alignment). Ports that run concurrently (max_parallelism > 1) cannot be
-        # aligned by one thread: there the inputs' punctuations are dropped.
-        oblivious = [not e for e in self._bx_pexpect]
-        self._bx_align = None
-        if sum(oblivious) > 1 and self._bx_ppreserve and not self.control_aware:
-            if model.max_parallelism > 1:
-                self._bx_ppreserve = ()
-            else:
-                self._bx_align = _task.Alignment(oblivious)
-
 
 class Context:
-    """What ``process(ctx)`` sees. One per worker thread, re-pointed at each task."""
+    """What ``process(ctx)`` sees. One per worker thread, re-pointed at each task:
+    ``ctx.task`` is the runtime's record of the running operator (``task.Task``; its
+    ``op`` is the operator itself)."""
 
-    __slots__ = ("worker", "op", "scheduler")
+    __slots__ = ("worker", "task", "scheduler")
 
     def __init__(self, worker, scheduler):
         self.worker = worker
         self.scheduler = scheduler
-        self.op = None
+        self.task = None
 
     # -- inputs -------------------------------------------------------------------------
     def recv(self, port: str):
@@ -153,44 +107,44 @@ class Context:
         input declared ``punct_in="expecting"`` this may be a punctuation (a
         ``bobox_sched.control.punct.Punctuation``); on an oblivious one the runtime
         handles punctuations here (module doc)."""
-        op = self.op
+        t = self.task
         try:
-            j = op._bx_inidx[port]
+            j = t.inidx[port]
         except KeyError:
-            raise _no_port(op, "input", port) from None
+            raise _no_port(t, "input", port) from None
         # task.take_input's fast path, inlined (one frame less per packet): a packet at
         # the head, no locality sampling. Pop first, then look at the waiters (task.py's
         # protocol): a sender that registers after the look sees the room on its second
         # look; looking before the pop would miss one that registers in between.
-        q = op._bx_inq[j]
+        q = t.inq[j]
         if q:
             pkt = q[0]
             if pkt.__class__ is Packet and self.worker.locality_sampler is None:
                 q.popleft()  # the only consumer: it is still the head
-                op._bx_idle = 0
+                t.idle = 0
                 if q.waiters:
                     _task._wake_waiters(self.worker, q)
                 return pkt
-        return _task.take_input(self.worker, op, j)
+        return _task.take_input(self.worker, t, j)
 
     def has_input(self, port: str) -> bool:
-        op = self.op
+        t = self.task
         try:
-            return bool(op._bx_inq[op._bx_inidx[port]])
+            return bool(t.inq[t.inidx[port]])
         except KeyError:
-            raise _no_port(op, "input", port) from None
+            raise _no_port(t, "input", port) from None
 
     def at_eos(self, port: str) -> bool:
         """True when `port` got its end-of-stream and every packet before it was taken."""
-        op = self.op
+        t = self.task
         try:
-            i = op._bx_inidx[port]
+            i = t.inidx[port]
         except KeyError:
-            raise _no_port(op, "input", port) from None
-        return op._bx_inq[i].ended()
+            raise _no_port(t, "input", port) from None
+        return t.inq[i].ended()
 
     def all_eos(self) -> bool:
-        for q in self.op._bx_inq:
+        for q in self.task.inq:
             if not q.ended():
                 return False
         return True
@@ -204,24 +158,24 @@ class Context:
         Raises :class:`OperatorError` (failing the request) for an unknown port, a port
         this operator already closed, or anything that is not a :class:`Packet` (None
         included). Columns of unequal length are not checked here (per-packet cost)."""
-        op = self.op
+        t = self.task
         try:
-            i = op._bx_openidx[port]  # close() removes the port: no per-packet test for it
+            i = t.openidx[port]  # close() removes the port: no per-packet test for it
         except KeyError:
-            if port in op._bx_outidx:
-                raise OperatorError(f"operator {op.name!r} sent a packet on output {port!r} after closing it") from None
-            raise _no_port(op, "output", port) from None
+            if port in t.outidx:
+                raise OperatorError(f"operator {t.name!r} sent a packet on output {port!r} after closing it") from None
+            raise _no_port(t, "output", port) from None
         # One cheap check per packet: an identity test of the class (subclasses take the
         # isinstance path).
         if packet.__class__ is not Packet and not isinstance(packet, Packet):
             raise OperatorError(
-                f"operator {op.name!r} sent {type(packet).__name__} on output {port!r}: "
+                f"operator {t.name!r} sent {type(packet).__name__} on output {port!r}: "
                 "send() takes a Packet (return without sending to emit nothing)"
             )
         # task.send, inlined (one frame less per packet)
-        op._bx_idle = 0
-        ob = op._bx_outbox
-        if not ob and op._bx_deliver(self.worker, op, i, packet):
+        t.idle = 0
+        ob = t.outbox
+        if not ob and t.deliver(self.worker, t, i, packet):
             return True
         ob.append((i, packet))
         return False
@@ -239,24 +193,24 @@ class Context:
     def close(self, port: str | None = None) -> None:
         """End of stream on `port` (all outputs if None). Closing a port twice is
         harmless; sending on it afterwards raises :class:`OperatorError`."""
-        op = self.op
+        t = self.task
         if port is None:
-            ports = range(len(op.outputs))
+            ports = range(len(t.outputs))
         else:
             try:
-                ports = [op._bx_outidx[port]]
+                ports = [t.outidx[port]]
             except KeyError:
-                raise _no_port(op, "output", port) from None
+                raise _no_port(t, "output", port) from None
         for i in ports:
-            if not op._bx_outclosed[i]:
-                op._bx_outclosed[i] = True
-                op._bx_openidx.pop(op.outputs[i], None)
-                _task.send(self.worker, op, i, EOS)
+            if not t.outclosed[i]:
+                t.outclosed[i] = True
+                t.openidx.pop(t.outputs[i], None)
+                _task.send(self.worker, t, i, EOS)
 
     @property
     def blocked(self) -> bool:
         """True while packets wait in the outbox: a producer should return now."""
-        return bool(self.op._bx_outbox)
+        return bool(self.task.outbox)
 
     @property
     def port(self) -> str | None:
@@ -272,9 +226,9 @@ class Context:
         per run calls it after each packet. With `delay` (seconds), not before that much
         time has passed: a rate-limited source waits without holding a worker."""
         if delay is None or delay <= 0:
-            self.op._bx_resched = True
+            self.task.resched = True
         else:
-            self.op._bx_resched = float(delay)
+            self.task.resched = float(delay)
 
     def punctuate(self, punct, port: str | None = None) -> None:
         """Send punctuation `punct` on output `port` (every output if None), in order
@@ -283,23 +237,23 @@ class Context:
             raise TypeError(f"punctuate() takes a Punctuation, not {type(punct).__name__}")
         if punct is _punct.END:
             raise ValueError("end of stream is sent with close(port), not punctuate()")
-        op = self.op
-        ports = range(len(op.outputs)) if port is None else [op._bx_outidx[port]]
+        t = self.task
+        ports = range(len(t.outputs)) if port is None else [t.outidx[port]]
         for i in ports:
-            if op._bx_outclosed[i]:
-                raise RuntimeError(f"operator '{op.name}': punctuation on output '{op.outputs[i]}' after close()")
-            _task.send(self.worker, op, i, punct)
+            if t.outclosed[i]:
+                raise RuntimeError(f"operator '{t.name}': punctuation on output '{t.outputs[i]}' after close()")
+            _task.send(self.worker, t, i, punct)
 
     def finish(self) -> None:
         """This operator is done: end of stream on every output it has not closed yet
         (without it the receivers would wait for ever), and no more runs. Inputs still
         arriving are dropped; sending afterwards raises :class:`OperatorError`."""
         self.close()
-        self.op._bx_finishing = True
+        self.task.finishing = True
 
     def set_result(self, value) -> None:
         """Publish the request's result (sinks)."""
-        self.op._bx_req.results[self.op.name] = value
+        self.task.req.results[self.task.name] = value
 
     # -- memory -------------------------------------------------------------------------
     def new_packet(self, schema, nrows: int):
@@ -307,7 +261,7 @@ class Context:
         ``{name: dtype}`` dict, or a ``PacketSpec`` made once for speed), whose memory is
         on this worker's NUMA node (recycled when the packet dies)."""
         sched = self.scheduler
-        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.op._bx_req.bytes)
+        return _packet.new_packet(sched._pool_for(self.worker), schema, nrows, self.task.req.bytes)
 
     @property
     def packet_bytes(self) -> int:
@@ -325,13 +279,13 @@ class Context:
 
     @property
     def request(self):
-        return self.op._bx_req
+        return self.task.req
 
 
-def _no_port(op, kind: str, port) -> OperatorError:
-    names = op.inputs if kind == "input" else op.outputs
+def _no_port(task, kind: str, port) -> OperatorError:
+    names = task.inputs if kind == "input" else task.outputs
     have = ", ".join(repr(n) for n in names) or "none"
-    return OperatorError(f"operator {op.name!r} has no {kind} port {port!r} ({kind}s: {have})")
+    return OperatorError(f"operator {task.name!r} has no {kind} port {port!r} ({kind}s: {have})")
 
 
 class Source(Operator):
@@ -386,11 +340,11 @@ class StreamOperator(Operator):
         op_eos = getattr(self, "_eos_done", None)
         if op_eos is None:
             op_eos = self._eos_done = [False] * len(self.inputs)
-        # The runtime's fields live on ctx.op: this operator itself, or the bound wrapper
-        # that runs it (a parallel region's channel operator).
-        rt = ctx.op
-        inq = rt._bx_inq
-        budget = 2 * inq[0].capacity if inq else 2  # an operator's ports share one capacity (_bind)
+        # The runtime's record of the run (ctx.task): this operator's, or that of the
+        # wrapper that runs it (a parallel region's channel operator).
+        rt = ctx.task
+        inq = rt.inq
+        budget = 2 * inq[0].capacity if inq else 2  # an operator's ports share one capacity (task.Task)
         for i, port in enumerate(self.inputs):
             for _ in range(budget):
                 if ctx.blocked:
@@ -402,7 +356,7 @@ class StreamOperator(Operator):
                     self.on_packet(ctx, port, pkt)
                 else:
                     self.on_punct(ctx, port, pkt)
-                if rt._bx_finishing:
+                if rt.finishing:
                     return  # the callback called ctx.finish(): no callback after that
             if ctx.blocked:
                 return

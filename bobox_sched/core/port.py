@@ -7,8 +7,8 @@ and punctuations (a ``deque`` subclass, so that the hand-off itself, ``append`` 
 and the producer and consumer try-locks of Schneider & Wu's ``SPSCEnforcer``. Every
 policy queues an operator's input in Ports:
 
-* the core policies (``bobox``, ``simple``): ``op._bx_inq[j]`` is input j's Port;
-  ``task._deliver`` offers into it (:meth:`offer`, its common case inlined; registering
+* the core policies (``bobox``, ``simple``): ``task.inq[j]`` is input j's Port (``task``
+  a ``core.task.Task``); ``task._deliver`` offers into it (:meth:`offer`, its common case inlined; registering
   the sender in ``waiters`` when full), ``take_input``/``Context.recv`` pop it and wake
   the waiters (:meth:`take_waiters`), the end of stream is :meth:`close`, the request's
   end :meth:`drop`;
@@ -18,11 +18,11 @@ policy queues an operator's input in Ports:
   holds), whose waiters are the upstream stage waiting for room (``stage.py``);
 * ``streams``: each port record's queue (``PortRecord.q``) is a Port whose ``prod`` and
   ``cons`` try-locks are the paper's flags (:meth:`push`, :meth:`take`), and ``execute``
-  hands the one tuple it runs to the operator through ``op._bx_inq[j]``, as above;
+  hands the one tuple it runs to the operator through ``task.inq[j]``, as above;
   ``dedicated`` blocks a producer on a full one under its own condition.
 
 The *outbox* (what a sender could not deliver yet, kept in per-edge order across its
-outputs) belongs to the sending operator, not to a port: ``op._bx_outbox``.
+outputs) belongs to the sending operator, not to a port: ``task.outbox``.
 
 Protocol (who may touch what, when):
 

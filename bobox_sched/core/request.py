@@ -25,6 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from bobox_sched.control.progress import Passage
 from bobox_sched.core.errors import RequestCancelled
 from bobox_sched.core.sync import round_robin
+from bobox_sched.core.task import Task
 
 STEP_NAMES = {
     1: "own immediate (newest)",
@@ -52,7 +53,7 @@ class Request:
         self.policy = scheduler.policy
         self.state = self.ACTIVE
         self._lock = threading.Lock()
-        # Tasks: deferred list, oldest first. Entries are (operator, node) where node is
+        # Tasks: deferred list, oldest first. Entries are (task, node) where node is
         # the NodeState responsible for the task (None = the request's first node); the
         # policy owns the meaning of `node` and of `nodes` below.
         self.deferred = deque()
@@ -61,23 +62,24 @@ class Request:
         self.results: dict = {}
         self.bytes = scheduler.bytes.new_account()  # the only account per packet (packet.py)
         self.future: Future = Future()
-        self.ops = ops
-        self.sources = [op for op in ops.values() if not op.inputs]
+        self.ops = ops  # name -> the user's operator (this request's instance)
+        # name -> the runtime's record of that operator (task.Task): what policies' lists,
+        # the context and the edges hold; nothing runtime-owned is set on the operator.
+        tasks = self.tasks = {name: Task(op, name, self, buffer_packets) for name, op in ops.items()}
+        self.sources = [t for t in tasks.values() if not t.inputs]
         # complete when every operator has passed End (control/progress.py)
         self.progress = Passage(len(ops))
-        for name, op in ops.items():
-            op._bind(name, self, buffer_packets)
         for s, si, d, di in edges:
-            ops[s]._bx_dst[si] = (ops[d], di)
+            tasks[s].dst[si] = (tasks[d], di)
         deliver = self.policy.deliver
         if deliver is not None:
-            for op in ops.values():
-                op._bx_deliver = deliver
+            for t in tasks.values():
+                t.deliver = deliver
         places = plan.placements
         if places:
             node_ids = [n.os_index for n in scheduler.topology.cpu_nodes]
             for name, slot in places.items():
-                ops[name]._bx_node = node_ids[slot % len(node_ids)]
+                tasks[name].node = node_ids[slot % len(node_ids)]
         # tasks run per locality step, one row per worker (each worker writes its own)
         self.wsteps = [[0] * 5 for _ in scheduler.workers]
         self.migrations = 0
@@ -99,9 +101,9 @@ class Request:
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> None:
         """Give every source operator its first (deferred) task."""
-        for op in self.sources:
-            op._bx_tok.acquire()  # a fresh operator: free; the first task is this one
-            self.policy.push_deferred(self, op, None)
+        for t in self.sources:
+            t.tok.acquire()  # a fresh task: free; the first run is this one
+            self.policy.push_deferred(self, t, None)
         if not self.sources:  # nothing to run: a plan of zero sources completes at once
             self._end(self.DONE)
 
@@ -166,16 +168,16 @@ class Request:
             self.policy.request_done(self)
             self._final_stats = self.scheduler._collect_request_stats(self)
         finally:  # the operators and their buffers are dropped even if those raised
-            ops = self.ops
-            self.ops = None  # drop operator state (hash tables, stashed packets, ...)
+            tasks = self.tasks
+            self.ops = self.tasks = None  # drop operator state (hash tables, stashed packets, ...)
             self.sources = []
             self.deferred.clear()
-            if ops:
+            if tasks:
                 # Input buffers (Ports: deques with atomic steps) are dropped now. Outboxes
                 # belong to whichever thread may still be running the operator: that thread
                 # drops them (run_task sees the request is over).
-                for op in ops.values():
-                    for q in op._bx_inq:
+                for t in tasks.values():
+                    for q in t.inq:
                         q.drop()  # a racing sender's packet dies with op
             results = self.results
             if state != self.DONE:

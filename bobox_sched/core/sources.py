@@ -97,11 +97,11 @@ class StreamChannel:
         ref = self._consumer
         if ref is None:
             return
-        op = ref()
-        if op is None:
+        task = ref()
+        if task is None:
             raise RuntimeError("the request reading this channel has ended")
-        if op._bx_req.state is not op._bx_req.ACTIVE:
-            raise RuntimeError(f"the request reading this channel has ended ({op._bx_req.state})")
+        if task.req.state is not task.req.ACTIVE:
+            raise RuntimeError(f"the request reading this channel has ended ({task.req.state})")
 
     @property
     def closed(self) -> bool:
@@ -110,26 +110,26 @@ class StreamChannel:
     def __len__(self) -> int:
         return len(self._items)
 
-    def _wake(self, op) -> None:
-        if op is None:
+    def _wake(self, task) -> None:
+        if task is None:
             return  # not bound yet: the source's first (deferred) run finds the items
         from bobox_sched.core.task import schedule
 
-        schedule(op, None, False)
+        schedule(task, None, False)
 
     # -- consumer side (the QueueSource, on a worker) ------------------------------------
-    def _bind(self, op) -> None:
+    def _bind(self, task) -> None:
         with self._cond:
             bound = self._consumer() if self._consumer is not None else None
-            if bound is not None and bound is not op:
+            if bound is not None and bound is not task:
                 raise RuntimeError("this channel already feeds another request's source")
             if self._consumer is not None and bound is None:
                 raise RuntimeError("this channel fed a request that has ended")
-            self._consumer = weakref.ref(op)
+            self._consumer = weakref.ref(task)
 
-    def _unbind(self, op) -> None:
+    def _unbind(self, task) -> None:
         with self._cond:
-            if self._consumer is not None and self._consumer() is op:
+            if self._consumer is not None and self._consumer() is task:
                 self._consumer = None
                 self._cond.notify_all()
 
@@ -164,7 +164,7 @@ class QueueSource(Source):
     def process(self, ctx):
         ch = self.channel
         if not self._bound:
-            ch._bind(ctx.op)
+            ch._bind(ctx.task)
             self._bound = True
         for _ in range(self.batch):
             if ctx.blocked:
@@ -173,7 +173,7 @@ class QueueSource(Source):
             if item is None:
                 return  # empty: the next put() schedules us
             if item is _CLOSE:
-                ch._unbind(ctx.op)
+                ch._unbind(ctx.task)
                 ctx.close()
                 ctx.finish()
                 return

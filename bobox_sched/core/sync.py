@@ -54,7 +54,7 @@ each gets it (each module's doc gives its protocol):
   ``popleft``; ``len`` as a pessimistic capacity check; a sender's "append to waiters,
   then look at the buffer again" against a consumer's "pop, then take the waiters":
   fenced on both sides; the SPSC try-locks);
-* ``core/task.py``: the token lock (a real lock), ``_bx_again`` against the run's end
+* ``core/task.py``: the token lock (a real lock), ``Task.again`` against the run's end
   ("release the token, then look again": fenced);
 * ``core/packet.py``: per-size-class free deques; ``len`` of a deque as a snapshot;
 * ``policies/bobox/node.py``: the sleep/wake pair (``idle`` and the must-not-sleep
@@ -98,7 +98,7 @@ _fence_lock = threading.Lock()
 def fence() -> None:
     """A full barrier between the caller's earlier stores and later loads (a sender's
     "append, then look at the buffer again", a run's "release the token, then look at
-    ``_bx_again`` again"). Under the GIL it does nothing (module doc). Without it, an
+    ``Task.again`` again"). Under the GIL it does nothing (module doc). Without it, an
     acquire and a release of the one lock every fence shares (held for no other work):
     any two fences are then ordered by that lock, and a thread past the later one sees
     every store made before the earlier one (module doc: the handshake argument)."""

@@ -1,8 +1,13 @@
 """Tasks: the operator state machine, packet delivery with back-pressure, and running a task.
 
 A *task* is "run this operator once". Because an operator has at most one pending task
-(the token below), a task is represented by the operator object itself; the policy
-decides which list it goes to:
+(the token below), a task is represented by one record per operator and request, a
+:class:`Task` that ``Request`` makes when it binds the plan: it holds everything the
+runtime keeps about the operator (ports, token, outbox, ...), and ``task.op`` is the
+user's operator, on which the runtime sets nothing but ``name``. Policies' lists hold
+these records (a policy's own per-operator state is a record it keys by the task), and
+the context of a run points at it (``ctx.task``). The policy decides which list a task
+goes to:
 
 * receiving a packet (or an end of stream) creates an **immediate** task, pushed by the
   sending thread to *its own* immediate list: the packet is hot in that thread's cache;
@@ -12,25 +17,25 @@ decides which list it goes to:
 The paper's states (Nothing, Scheduled, Running, Running and scheduled) are kept with
 two fields and no lock, so the per-task path takes none:
 
-* ``op._bx_tok``, a ``threading.Lock`` used as a token: held while the operator has a
+* ``task.tok``, a ``threading.Lock`` used as a token: held while the operator has a
   task in some list or is running (Scheduled / Running), free when it has nothing to do
   (Nothing). Whoever takes it with ``acquire(blocking=False)`` -- one C call, a real
   test-and-set -- is the one thread that pushes the task; the thread that runs the task
   keeps it, and at the end of the run either pushes the next task itself (keeping the
   token) or releases it. A FINISHED operator keeps it for ever: no task is made again.
-* ``op._bx_again``: "run again" (Running and scheduled). Anyone who wants the operator
+* ``task.again``: "run again" (Running and scheduled). Anyone who wants the operator
   to run -- a delivery, a woken waiter, an external ``schedule`` -- first publishes what
-  the run must see (appends the packet, ...), then sets ``_bx_again``, then tries the
-  token. A run clears ``_bx_again`` when it starts; at its end, when it would stop, it
-  releases the token and *then* reads ``_bx_again`` (and its input buffers) again, and
+  the run must see (appends the packet, ...), then sets ``again``, then tries the
+  token. A run clears ``again`` when it starts; at its end, when it would stop, it
+  releases the token and *then* reads ``again`` (and its input buffers) again, and
   takes the token back if needed. A trigger either lands before the run starts (the run
-  sees its effect), or during the run (the end sees ``_bx_again``), or after the token
+  sees its effect), or during the run (the end sees ``again``), or after the token
   was released (its own ``acquire`` succeeds). Exactly one of the racing parties wins
   the token, so there is never more than one task, and never none when one is due.
 
 Protocol (who touches what, when):
 
-* ``op._bx_inq[j]`` is input j's :class:`~bobox_sched.core.port.Port` (``port.py`` states
+* ``task.inq[j]`` is input j's :class:`~bobox_sched.core.port.Port` (``port.py`` states
   its protocol: one producer, one consumer, the capacity check, ``closed``, ``waiters``).
   Its producer is the operator at the far end of the edge (one thread at a time, by the
   same token rule), its consumer the running operator.
@@ -39,12 +44,12 @@ Protocol (who touches what, when):
   meanwhile it goes on). ``take_input`` pops a packet and then drains the port's
   waiters, scheduling each: no sender waits for room that exists (no lost wake-up). A
   sender may be woken twice; a second ``schedule`` of a scheduled operator does nothing.
-* ``op._bx_finished`` is set once, by the thread running the operator when it finishes
+* ``task.finished`` is set once, by the thread running the operator when it finishes
   (or drops the task of an ended request); senders then drop what they send (a limit
   that finished early). A sender that raced past the flag appends to a buffer nobody
   reads: the packet is released when the request ends.
-* ``op._bx_outbox``, ``op._bx_resched``, ``op._bx_finishing``, ``op._bx_outclosed``,
-  ``op._bx_openidx`` and ``op._bx_idle`` belong to the thread running the operator; only
+* ``task.outbox``, ``task.resched``, ``task.finishing``, ``task.outclosed``,
+  ``task.openidx`` and ``task.idle`` belong to the thread running the operator; only
   it touches them, and only one thread runs an operator at a time (the token). The
   hand-over from one run's thread to the next is ordered by the token (a lock release
   and acquire).
@@ -60,14 +65,14 @@ GIL and free-threaded builds: the argument above needs each deque operation and 
 attribute store to be atomic and all of them sequentially consistent. The GIL gives that.
 A free-threaded CPython makes deque operations and attribute stores atomic too (per-object
 critical sections), and the token's acquire/release are full barriers; the reads of
-``_bx_again``/buffers after a release need an explicit fence (a release of an
+``again``/buffers after a release need an explicit fence (a release of an
 uncontended lock is not one for a *later* read): ``sync.fence()``, called where a run
 releases the token and looks again (it does nothing under the GIL: ``sync.FENCED``).
 
 What an operator may send (checked in ``Context.send`` before ``send`` here, so the
 runtime never queues garbage): a :class:`~bobox_sched.core.packet.Packet` (an identity test of
 its class, ``isinstance`` only for subclasses), on an output it has not closed
-(``ctx.close`` removes the port from ``_bx_openidx``, the dict ``Context.send`` looks
+(``ctx.close`` removes the port from ``openidx``, the dict ``Context.send`` looks
 ports up in, so this check costs nothing per packet). Anything else, and an unknown
 port, raises ``OperatorError`` inside the run, which fails the request like any
 exception of the operator. Equal column lengths are not checked: that would loop over
@@ -76,12 +81,12 @@ the columns of every packet.
 No progress. A run ends in one of the branches at the bottom of ``run_task``; only one of
 them can repeat without end on its own: *re-queued because the input buffer is not empty*
 (not finishing, nothing left in the outbox, no ``reschedule()``, and nothing delivered
-during the run, or ``_bx_again`` would be set). An operator that stops reading an input
+during the run, or ``again`` would be set). An operator that stops reading an input
 stays there forever: its full buffer stops its senders, so nothing else changes, and the
 run is repeated as fast as a core allows (and ``shutdown()`` waits for the request for
 ever). Protocol:
 
-* ``op._bx_idle`` (running thread's): ``take_input`` (a packet taken) and ``send`` (a
+* ``task.idle`` (running thread's): ``take_input`` (a packet taken) and ``send`` (a
   packet or end of stream sent) set it to 0; that branch adds 1. It counts the re-queues
   for unread input since the operator last took or sent something. The other branches
   leave it alone: a reschedule, a blocked outbox or a new delivery are not repeats of
@@ -109,7 +114,12 @@ from __future__ import annotations
 
 import sys
 
+import threading
+from collections import deque
+
+from bobox_sched.control import model as _model
 from bobox_sched.core.errors import OperatorError, OperatorStalled
+from bobox_sched.core.port import Port
 from bobox_sched.core.sync import FENCED, fence
 from bobox_sched.control.punct import END as EOS
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation, Watermark
@@ -126,94 +136,155 @@ from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation, Waterma
 STALL_RUNS = 100_000
 
 
-def claim(op) -> bool:
-    """Trigger `op` (any thread, after publishing what its run must see) and try to take
+class Task:
+    """The runtime's record of one operator in one request (the module doc's protocol
+    says who touches which field, and when). ``op`` is the user's operator; ``name``,
+    ``inputs``, ``outputs`` and ``control_aware`` are copied from it so that the
+    per-task path reads one object. Slotted: a field the runtime does not declare
+    cannot be set by mistake, and each read is a slot load."""
+
+    __slots__ = ("op", "name", "inputs", "outputs", "control_aware", "req", "tok", "again", "finished",
+                 "inidx", "outidx", "openidx", "inq", "dst", "outclosed", "outbox", "resched", "finishing",
+                 "idle", "deliver", "node", "model", "pexpect", "ppreserve", "align", "__weakref__")
+
+    def __init__(self, op, name: str, request, buffer_packets: int):
+        op.name = name  # the one field set on the user's operator: its name in the plan
+        self.op = op
+        self.name = name
+        self.inputs = tuple(op.inputs)
+        self.outputs = tuple(op.outputs)
+        self.control_aware = op.control_aware
+        self.req = request
+        # The token and "run again" flag (module doc): held = the operator has a task in
+        # some list or is running; a FINISHED operator keeps it for ever.
+        self.tok = threading.Lock()
+        self.again = False
+        self.finished = False
+        self.inidx = {p: i for i, p in enumerate(self.inputs)}
+        self.outidx = {p: i for i, p in enumerate(self.outputs)}
+        self.openidx = dict(self.outidx)  # outputs not closed yet (ctx.send's lookup)
+        self.inq = [Port(buffer_packets) for _ in self.inputs]  # input j's buffer (port.py)
+        self.dst = [None] * len(self.outputs)  # (receiver's task, its port index) per output
+        self.outclosed = [False] * len(self.outputs)
+        self.outbox = deque()  # (port index, packet or END); touched by the running thread only
+        self.resched = False  # process() asked for a deferred re-run (or its delay in s)
+        self.finishing = False  # process() called ctx.finish(); FINISHED once the outbox is empty
+        self.idle = 0  # re-queues for unread input since the last packet taken or sent ("No progress")
+        # How a packet sent on an output reaches its receiver: _deliver (bounded buffer,
+        # outbox and waiters), unless the policy brings its own send path
+        # (Policy.deliver; set by Request).
+        self.deliver = _deliver
+        # NUMA node this operator's tasks run on (None: wherever the policy puts them);
+        # set from Plan.place by Request.
+        self.node = None
+        # Punctuation handling per input (operator.py's module doc), from the operator model.
+        model = _model.model_of(op)
+        self.model = model
+        self.pexpect = [model.punct_in[p] == _model.EXPECTING for p in self.inputs]
+        self.ppreserve = tuple(i for i, p in enumerate(self.outputs) if model.punct_out[p] == _model.PRESERVES)
+        # Several oblivious inputs: a punctuation leaves once it passed all of them
+        # (Alignment). Ports that run concurrently (max_parallelism > 1) cannot be
+        # aligned by one thread: there the inputs' punctuations are dropped.
+        oblivious = [not e for e in self.pexpect]
+        self.align = None
+        if sum(oblivious) > 1 and self.ppreserve and not self.control_aware:
+            if model.max_parallelism > 1:
+                self.ppreserve = ()
+            else:
+                self.align = Alignment(oblivious)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} of {type(self.op).__name__}>"
+
+
+def claim(task) -> bool:
+    """Trigger `task` (any thread, after publishing what its run must see) and try to take
     its token. True: the caller now holds it and must hand the task to a policy (the
     module doc's protocol). False: a pending or running task will run it again."""
-    op._bx_again = True
-    if op._bx_tok.acquire(False):
-        op._bx_again = False  # the task the caller pushes sees what was published before
+    task.again = True
+    if task.tok.acquire(False):
+        task.again = False  # the task the caller pushes sees what was published before
         return True
     return False
 
 
-def release(op) -> bool:
-    """The end of a run that found nothing to do: release `op`'s token, then look at
-    ``_bx_again`` again (a trigger that found the token taken relies on this second
+def release(task) -> bool:
+    """The end of a run that found nothing to do: release `task`'s token, then look at
+    ``again`` again (a trigger that found the token taken relies on this second
     look). True: a trigger raced in and the caller holds the token again."""
-    op._bx_tok.release()
+    task.tok.release()
     if FENCED:  # the release above before the loads below (module doc)
         fence()
-    if op._bx_again and op._bx_tok.acquire(False):
-        op._bx_again = False
+    if task.again and task.tok.acquire(False):
+        task.again = False
         return True
     return False
 
 
-def schedule(op, worker, immediate: bool) -> None:
-    """Ask for `op` to run (any thread). Creates a task only if the operator had none
+def schedule(task, worker, immediate: bool) -> None:
+    """Ask for `task` to run (any thread). Creates a task only if the operator had none
     and is not running; otherwise the running or pending task runs it again."""
-    if claim(op):
-        _push(op, worker, immediate)
+    if claim(task):
+        _push(task, worker, immediate)
 
 
-def _push(op, worker, immediate: bool) -> None:
-    """Hand the task of `op` (whose token the caller holds) to the policy."""
-    req = op._bx_req
-    aff = op._bx_node
+def _push(task, worker, immediate: bool) -> None:
+    """Hand the task of `task` (whose token the caller holds) to the policy."""
+    req = task.req
+    aff = task.node
     if aff is not None and (worker is None or worker.node_id != aff or not immediate):
         # The operator lives on a node (Plan.place): a task for it from elsewhere, or a
         # deferred one (the request's deferred list is shared with other nodes once the
         # balancer shares the request), goes to that node's pinned list.
-        req.policy.push_on(req, op, node=aff)
+        req.policy.push_on(req, task, node=aff)
         return
     if immediate and worker is not None:
-        req.policy.push_immediate(worker, op)
+        req.policy.push_immediate(worker, task)
     else:
-        req.policy.push_deferred(req, op, worker)
+        req.policy.push_deferred(req, task, worker)
 
 
 def _deliver(worker, src, i: int, item) -> bool:
     """Put `item` (a packet, a punctuation or EOS) into the buffer at the far end of
     output `i` of `src`, and make sure the receiver runs. False if the buffer is full
     (then `src` is registered as a waiter and scheduled when there is room)."""
-    dst, j = src._bx_dst[i]
-    if dst._bx_finished:
+    dst, j = src.dst[i]
+    if dst.finished:
         return True  # the receiver finished early (e.g. a limit): drop
-    q = dst._bx_inq[j]
+    q = dst.inq[j]
     if item is EOS:
         q.close()
     elif len(q) < q.capacity:
         q.append(item)  # Port.offer's common case, inlined (one call less per packet)
     elif not q.offer(item, src):
         return False  # the receiver's next take schedules us
-    dst._bx_again = True
-    if dst._bx_tok.acquire(False):
-        dst._bx_again = False
-        if worker is not None and dst._bx_node is None:  # _push's common case, inlined
-            dst._bx_req.policy.push_immediate(worker, dst)
+    dst.again = True
+    if dst.tok.acquire(False):
+        dst.again = False
+        if worker is not None and dst.node is None:  # _push's common case, inlined
+            dst.req.policy.push_immediate(worker, dst)
         else:
             _push(dst, worker, True)
     return True
 
 
-def send(worker, op, i: int, item) -> bool:
-    """Send on output `i` of `op`, keeping per-edge order: behind anything already
+def send(worker, task, i: int, item) -> bool:
+    """Send on output `i` of `task`, keeping per-edge order: behind anything already
     waiting in the outbox. True if delivered now."""
-    op._bx_idle = 0  # progress: a packet or an end of stream was sent
-    ob = op._bx_outbox
-    if not ob and op._bx_deliver(worker, op, i, item):
+    task.idle = 0  # progress: a packet or an end of stream was sent
+    ob = task.outbox
+    if not ob and task.deliver(worker, task, i, item):
         return True
     ob.append((i, item))
     return False
 
 
-def flush(worker, op) -> bool:
+def flush(worker, task) -> bool:
     """Resend what waits in the outbox, in order. True when it is empty."""
-    ob = op._bx_outbox
+    ob = task.outbox
     while ob:
         i, item = ob[0]
-        if not op._bx_deliver(worker, op, i, item):
+        if not task.deliver(worker, task, i, item):
             return False
         ob.popleft()
     return True
@@ -225,27 +296,27 @@ def _wake_waiters(worker, q) -> None:
         schedule(w, worker, False)
 
 
-def take_input(worker, op, j: int):
-    """Pop the oldest item of input `j` of `op` (the running operator), waking the
+def take_input(worker, task, j: int):
+    """Pop the oldest item of input `j` of `task` (the running operator), waking the
     senders that were waiting for room. Punctuations the operator does not handle itself
     are handled here (``_runtime_punct``) and the next item is taken."""
-    q = op._bx_inq[j]
-    al = op._bx_align
+    q = task.inq[j]
+    al = task.align
     while q:
         if al is not None and al.oblivious[j] and isinstance(q[0], Punctuation) \
                 and not isinstance(q[0], RUNTIME_ONLY):
             if q[0].__class__ is Watermark:
-                _watermark(worker, op, al, j, q)
+                _watermark(worker, task, al, j, q)
                 continue  # taken off; the minimum over the inputs forwarded if it advanced
-            if not _align(worker, op, j, q[0]):
+            if not _align(worker, task, j, q[0]):
                 return None  # it waits at the head of this input for the others (Alignment)
             continue  # taken off every input and forwarded once
         pkt = q.popleft()  # the only consumer: cannot fail after the test
-        op._bx_idle = 0  # progress
+        task.idle = 0  # progress
         if q.waiters:
             _wake_waiters(worker, q)
         if isinstance(pkt, Punctuation):
-            if _runtime_punct(worker, op, j, pkt):
+            if _runtime_punct(worker, task, j, pkt):
                 continue
             return pkt
         sampler = worker.locality_sampler
@@ -253,13 +324,13 @@ def take_input(worker, op, j: int):
             sampler(worker, pkt)
         return pkt
     if al is not None and q.closed and (al.pending or al.marks):
-        _align_ended(worker, op)  # this input ended: what waited for it may go on
+        _align_ended(worker, task)  # this input ended: what waited for it may go on
     return None
 
 
 class Alignment:
     """Punctuation alignment of an operator with several oblivious inputs that preserves
-    punctuations (``Operator._bx_align``; None for every other operator).
+    punctuations (``Task.align``; None for every other operator).
 
     A punctuation P (a window end, a batch barrier) leaves such an operator once, after
     every input has passed it, as Flink aligns barriers: when P reaches the head of input
@@ -307,62 +378,62 @@ class Alignment:
         return s is not None and j in s
 
 
-def _ended(op, k: int) -> bool:
+def _ended(task, k: int) -> bool:
     """Input k got its end of stream and nothing is left in its buffer (``at_eos``)."""
-    return op._bx_inq[k].ended()
+    return task.inq[k].ended()
 
 
-def _passed_or_ended(op, al, waiting) -> bool:
+def _passed_or_ended(task, al, waiting) -> bool:
     """Every aligned input holds the punctuation (`waiting`: those that do) or ended."""
     for k, ob in enumerate(al.oblivious):
-        if ob and k not in waiting and not _ended(op, k):
+        if ob and k not in waiting and not _ended(task, k):
             return False
     return True
 
 
-def _release_aligned(worker, op, al, p, waiting) -> None:
+def _release_aligned(worker, task, al, p, waiting) -> None:
     del al.pending[p]
     for k in waiting:
-        q = op._bx_inq[k]
+        q = task.inq[k]
         q.popleft()  # p is at its head: only this thread takes from it
         if q.waiters:
             _wake_waiters(worker, q)
-    op._bx_idle = 0  # progress
-    for i in op._bx_ppreserve:
-        send(worker, op, i, p)
+    task.idle = 0  # progress
+    for i in task.ppreserve:
+        send(worker, task, i, p)
     al.released = True
-    op._bx_again = True  # run again: an input it read before this one may have been freed
+    task.again = True  # run again: an input it read before this one may have been freed
 
 
-def _align(worker, op, j: int, p) -> bool:
+def _align(worker, task, j: int, p) -> bool:
     """Punctuation `p` is at the head of aligned input `j`: True if it has now passed
     every input (taken off all and sent), False if it waits (Alignment)."""
-    al = op._bx_align
+    al = task.align
     waiting = al.pending.get(p)
     if waiting is None:
         waiting = al.pending[p] = {}
     waiting[j] = True
-    if _passed_or_ended(op, al, waiting):
-        _release_aligned(worker, op, al, p, waiting)
+    if _passed_or_ended(task, al, waiting):
+        _release_aligned(worker, task, al, p, waiting)
         return True
-    _check_misaligned(op, al)
+    _check_misaligned(task, al)
     return False
 
 
-def _watermark(worker, op, al, j: int, q) -> None:
+def _watermark(worker, task, al, j: int, q) -> None:
     """The watermark at the head of aligned input `j` (port `q`): take it off, record it,
     send the minimum over the inputs if it advanced (Alignment)."""
     wm = q.popleft()  # at the head: only this thread takes from it
     if q.waiters:
         _wake_waiters(worker, q)
-    op._bx_idle = 0  # progress
+    task.idle = 0  # progress
     prev = al.marks.get(j)
     if prev is None or wm.t > prev:
         al.marks[j] = wm.t
-    _send_min_watermark(worker, op, al)
+    _send_min_watermark(worker, task, al)
 
 
-def _send_min_watermark(worker, op, al) -> None:
+def _send_min_watermark(worker, task, al) -> None:
     low = high = None
     open_inputs = False
     for k, ob in enumerate(al.oblivious):
@@ -371,7 +442,7 @@ def _send_min_watermark(worker, op, al) -> None:
         t = al.marks.get(k)
         if t is not None and (high is None or t > high):
             high = t
-        if _ended(op, k):
+        if _ended(task, k):
             continue  # an ended input's event time is infinite
         open_inputs = True
         if t is None:
@@ -383,175 +454,175 @@ def _send_min_watermark(worker, op, al) -> None:
     if low is not None and (al.sent is None or low > al.sent):
         al.sent = low
         wm = Watermark(low)
-        for i in op._bx_ppreserve:
-            send(worker, op, i, wm)
+        for i in task.ppreserve:
+            send(worker, task, i, wm)
 
 
-def _align_ended(worker, op) -> None:
+def _align_ended(worker, task) -> None:
     """An aligned input ended: release, in arrival order, what no longer waits for it;
     send the watermark minimum over the inputs left if it advanced."""
-    al = op._bx_align
+    al = task.align
     if al.marks:
-        _send_min_watermark(worker, op, al)
+        _send_min_watermark(worker, task, al)
     for p, waiting in list(al.pending.items()):
-        if _passed_or_ended(op, al, waiting):
-            _release_aligned(worker, op, al, p, waiting)
+        if _passed_or_ended(task, al, waiting):
+            _release_aligned(worker, task, al, p, waiting)
     if al.pending:
-        _check_misaligned(op, al)
+        _check_misaligned(task, al)
 
 
-def _check_misaligned(op, al) -> None:
+def _check_misaligned(task, al) -> None:
     held = {k: p for p, waiting in al.pending.items() for k in waiting}
     for k, ob in enumerate(al.oblivious):
-        if ob and k not in held and not _ended(op, k):
+        if ob and k not in held and not _ended(task, k):
             return  # an input can still bring what the others wait for
-    what = ", ".join(f"{op.inputs[k]!r} at {p!r}" for k, p in sorted(held.items()))
-    raise OperatorError(f"operator {op.name!r}: its inputs wait at different punctuations ({what}); the "
+    what = ", ".join(f"{task.inputs[k]!r} at {p!r}" for k, p in sorted(held.items()))
+    raise OperatorError(f"operator {task.name!r}: its inputs wait at different punctuations ({what}); the "
                         "inputs of a fan-in must carry the same punctuations in the same order")
 
 
-def unread(op) -> bool:
+def unread(task) -> bool:
     """Input the operator can take now: a buffer holding something other than a
     punctuation that waits at its head for the other inputs (Alignment)."""
-    al = op._bx_align
+    al = task.align
     if al is None or not al.pending:
-        for q in op._bx_inq:
+        for q in task.inq:
             if q:
                 return True
         return False
-    for j, q in enumerate(op._bx_inq):
+    for j, q in enumerate(task.inq):
         if q and not al.waits(j, q[0]):
             return True
     return False
 
 
-def _runtime_punct(worker, op, j: int, p) -> bool:
-    """Handle punctuation `p` taken from input `j` of `op` on the operator's behalf; False
+def _runtime_punct(worker, task, j: int, p) -> bool:
+    """Handle punctuation `p` taken from input `j` of `task` on the operator's behalf; False
     if the operator receives it itself (an expecting input, or a control-aware operator).
 
     Pulses and latency markers pass through every operator (pulses must cross even an
     operator that drops every row; markers measure the path). Markers reaching an
     operator with no outputs (a sink) are measured there. Other punctuations on an
     oblivious input are forwarded on the outputs that preserve them, else dropped."""
-    if op.control_aware:
+    if task.control_aware:
         return False
     if isinstance(p, RUNTIME_ONLY):
-        n = len(op.outputs)
+        n = len(task.outputs)
         if n:
             for i in range(n):
-                send(worker, op, i, p)
+                send(worker, task, i, p)
         elif isinstance(p, Marker):
-            op._bx_req.record_marker(p)
+            task.req.record_marker(p)
         return True
-    if op._bx_pexpect[j]:
+    if task.pexpect[j]:
         return False
-    for i in op._bx_ppreserve:
-        send(worker, op, i, p)
+    for i in task.ppreserve:
+        send(worker, task, i, p)
     return True
 
 
-def _finish(worker, op) -> None:
-    """`op` will never run again (finished, or its request ended): drop what waits in
+def _finish(worker, task) -> None:
+    """`task` will never run again (finished, or its request ended): drop what waits in
     its buffers, let its blocked senders go on (they drop what they send it). The token
     stays taken for ever."""
-    op._bx_finished = True
-    for q in op._bx_inq:
+    task.finished = True
+    for q in task.inq:
         q.clear()
         if q.waiters:
             _wake_waiters(worker, q)
 
 
-def run_task(worker, op) -> None:
-    """Run `op` once on `worker` (the thread calling this; it holds the token)."""
-    req = op._bx_req
+def run_task(worker, task) -> None:
+    """Run `task` once on `worker` (the thread calling this; it holds the token)."""
+    req = task.req
     if req.state is not req.ACTIVE:
         # The request failed or was cancelled: drop the task, free what it holds.
-        op._bx_outbox.clear()
-        _finish(worker, op)
+        task.outbox.clear()
+        _finish(worker, task)
         return
     worker.last_req = req
-    op._bx_again = False  # triggers from now on are seen at the end of this run
+    task.again = False  # triggers from now on are seen at the end of this run
     ctx = worker.ctx
-    ctx.op = op
+    ctx.task = task
     try:
-        if not op._bx_outbox or flush(worker, op):
-            if not op._bx_finishing:
-                op.process(ctx)
-            if op._bx_outbox:
-                flush(worker, op)
+        if not task.outbox or flush(worker, task):
+            if not task.finishing:
+                task.op.process(ctx)
+            if task.outbox:
+                flush(worker, task)
     except BaseException as e:  # noqa: BLE001 - the request fails, the worker carries on
-        ctx.op = None
-        op._bx_finished = True
+        ctx.task = None
+        task.finished = True
         # The traceback starts in the operator's code: this frame (still running, so
         # its locals cannot be cleared) would keep the request's operators alive.
         if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
             e.__traceback__ = e.__traceback__.tb_next
-        req.fail(e, op)
+        req.fail(e, task)
         # The operator's frames still point back here (f_back): drop our references to
         # the request so that the kept traceback does not pin its memory.
-        del op, req, ctx, e
+        del task, req, ctx, e
         return
-    ctx.op = None
+    ctx.task = None
 
-    blocked = bool(op._bx_outbox)
-    if op._bx_finishing and not blocked:
-        _finish(worker, op)
-        req.op_finished(op)
+    blocked = bool(task.outbox)
+    if task.finishing and not blocked:
+        _finish(worker, task)
+        req.op_finished(task)
         return
 
-    resched = op._bx_resched
-    op._bx_resched = False
-    if op._bx_again:
+    resched = task.resched
+    task.resched = False
+    if task.again:
         # Triggered during the run (Running and scheduled): run again, keeping the token.
-        op._bx_again = False
+        task.again = False
         if resched.__class__ is float:
             resched = True  # scheduled anyway: a delay no longer applies
-        _push(op, worker, not resched)
+        _push(task, worker, not resched)
         return
     if not blocked:
         if resched:
             if resched.__class__ is float:  # ctx.reschedule(delay): a timer pushes the task
-                req.policy.push_later(req, op, resched)
+                req.policy.push_later(req, task, resched)
             else:
-                _push(op, worker, False)
+                _push(task, worker, False)
             return
-        if op._bx_align is None:  # unread(op), inlined for the common case (one call less per task)
+        if task.align is None:  # unread(task), inlined for the common case (one call less per task)
             left = False
-            for q in op._bx_inq:
+            for q in task.inq:
                 if q:
                     left = True
                     break
         else:
-            left = unread(op)
+            left = unread(task)
         if left:
             # Unread input: run again. No progress detection (module doc): `idle`
             # counts these re-queues since the operator last took or sent a packet.
-            idle = op._bx_idle + 1
-            op._bx_idle = idle
+            idle = task.idle + 1
+            task.idle = idle
             if idle < STALL_RUNS:
-                _push(op, worker, idle == 1)  # no progress: wait behind others
+                _push(task, worker, idle == 1)  # no progress: wait behind others
             else:
-                op._bx_finished = True
-                req.fail(_stalled(op), op)
+                task.finished = True
+                req.fail(_stalled(task), task)
             return
     # Nothing to do (or blocked: the receiver's next take schedules us). Release, then
     # look again: a trigger that came after the check above and before the release
     # found the token taken and relies on this second look.
-    op._bx_tok.release()
+    task.tok.release()
     if FENCED:  # the release above before the loads below (module doc)
         fence()
-    if op._bx_again or (not blocked and (any(op._bx_inq) if op._bx_align is None else unread(op))):
-        if op._bx_tok.acquire(False):
-            op._bx_again = False
-            _push(op, worker, True)
+    if task.again or (not blocked and (any(task.inq) if task.align is None else unread(task))):
+        if task.tok.acquire(False):
+            task.again = False
+            _push(task, worker, True)
 
 
-def _stalled(op) -> OperatorStalled:
+def _stalled(task) -> OperatorStalled:
     """The error of an operator that made no progress in STALL_RUNS runs in a row."""
-    unread = [(port, len(q)) for port, q in zip(op.inputs, op._bx_inq) if q]
+    unread = [(port, len(q)) for port, q in zip(task.inputs, task.inq) if q]
     ports = ", ".join(f"{port!r} ({n} packet{'s' if n != 1 else ''})" for port, n in unread) or "none"
     return OperatorStalled(
-        f"operator {op.name!r} ({type(op).__name__}) made no progress: run {STALL_RUNS} times in a "
+        f"operator {task.name!r} ({type(task.op).__name__}) made no progress: run {STALL_RUNS} times in a "
         f"row for its unread input on {ports} without taking or sending a packet; an operator "
         "must keep consuming every input (stash packets it cannot use yet), or call "
         "ctx.reschedule() to be run again without reading"

@@ -118,23 +118,23 @@ class Worker:
         wid = self.id
         while True:
             try:
-                op = next_task(self)
+                task = next_task(self)
             except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
-                op = self._retry_next_task(next_task, e)
-            if op is None:
+                task = self._retry_next_task(next_task, e)
+            if task is None:
                 return
             self.tasks += 1
-            req = op._bx_req
+            req = task.req
             req.wsteps[wid][self.last_step] += 1  # this worker's row: no other writer
             t0 = clock()
             try:
-                run_task(self, op)
+                run_task(self, task)
             except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
-                req.fail(e, op)  # its request fails with the error; the others carry on
+                req.fail(e, task)  # its request fails with the error; the others carry on
             self.busy_ns += clock() - t0
             # Drop our references before possibly sleeping in next_task: a sleeping
             # worker must not pin the last request's operators and packets.
-            op = req = None
+            task = req = None
 
     def _main_lean(self, next_task, run_task) -> None:
         """The loop of ``Scheduler(task_stats=False)``: no clock read and no per-request
@@ -145,17 +145,17 @@ class Worker:
         (``bobox bench overhead`` runs both loops side by side)."""
         while True:
             try:
-                op = next_task(self)
+                task = next_task(self)
             except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
-                op = self._retry_next_task(next_task, e)
-            if op is None:
+                task = self._retry_next_task(next_task, e)
+            if task is None:
                 return
             self.tasks += 1
             try:
-                run_task(self, op)
+                run_task(self, task)
             except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
-                op._bx_req.fail(e, op)
-            op = None
+                task.req.fail(e, task)
+            task = None
 
     def _retry_next_task(self, next_task, e: Exception):
         """``next_task`` raised `e`: warn (once for this run of failures), then call it

@@ -97,7 +97,7 @@ from topology import current_node
 from bobox_sched.core.operator import Operator
 from bobox_sched.control.progress import Passage
 from bobox_sched.core.sync import FENCED, fence
-from bobox_sched.core.task import claim, schedule
+from bobox_sched.core.task import Task, claim, schedule
 from bobox_sched.core.worker import current_worker
 from bobox_sched.txn.chains import new_batch
 from bobox_sched.txn.kernels.fields import NF
@@ -243,9 +243,8 @@ class Group:
             for k in range(len(targets)):
                 pair = []
                 for parity in range(2):
-                    t = _PoolTask(self, p, k, parity)
-                    t._bind(f"{cfg.name}.pool{p}.{k}.{parity}", request, 1)
-                    pair.append(t)
+                    # the runtime's record of the pool task (core/task.py): what is pushed
+                    pair.append(Task(_PoolTask(self, p, k, parity), f"{cfg.name}.pool{p}.{k}.{parity}", request, 1))
                 row.append(pair)
             self.tasks.append(row)
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
@@ -402,15 +401,15 @@ class Group:
             self.round_done = 0
             self.round_pending = 0
         for task, target in jobs:
-            task.kind = kind
-            task.round = self.round
+            task.op.kind = kind  # the _PoolTask: read by its run (_run_task)
+            task.op.round = self.round
             self._push(task, target)
 
     def _push(self, task, target) -> None:
         """Hand a pool task to the policy, to run on its target (None: the calling
         thread's worker, next; tests run it inline)."""
         # task.py's token protocol: take the token and push to the target; a task still in
-        # run_task's epilogue of an earlier round holds it, and sees _bx_again there and
+        # run_task's epilogue of an earlier round holds it, and sees ``again`` there and
         # runs again (as task.schedule does).
         if claim(task):
             policy = self.request.policy
@@ -554,7 +553,7 @@ class Group:
         # wall time of state-access mode, last arrival to barrier 2: no instance computes
         st["state_access_s"] += t1 - self._t_batch
         for inst in self.insts:
-            schedule(inst.op, None, False)
+            schedule(inst.task, None, False)
         for op in waiters:
             schedule(op, None, False)
 

@@ -285,7 +285,7 @@ class _State:
         cfg = op.txn_config
         self.group = group_of(ctx, cfg, op.executor)
         self.group.register(op.executor, self)
-        self.op = ctx.op
+        self.task = ctx.task  # the runtime's record of this instance (the coordinator schedules it)
         self.K = self.group.K
         self.dual = cfg.dual_mode
         self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))

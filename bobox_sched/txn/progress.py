@@ -122,7 +122,7 @@ class _Dealer(Operator):
             from bobox_sched.txn.coordinator import group_of
 
             self._group = group_of(ctx, cfg, None)
-        return self._group.gate(batch, ctx.op)
+        return self._group.gate(batch, ctx.task)
 
     def _pump(self, ctx) -> bool:
         """Send what the current packet still has; False if stopped (blocked or gated)."""

@@ -97,7 +97,7 @@ class SocketSource(QueueSource):
     def process(self, ctx):
         ch = self.channel
         if not self._bound:
-            ch._bind(ctx.op)
+            ch._bind(ctx.task)
             self._bound = True
         if self._thread is None:
             self._thread = threading.Thread(target=self._read, args=(ctx.request,), daemon=True,
@@ -110,7 +110,7 @@ class SocketSource(QueueSource):
             if item is None:
                 return  # the next put schedules us
             if item is _CLOSE:
-                ch._unbind(ctx.op)
+                ch._unbind(ctx.task)
                 if self._error is not None:
                     raise self._error
                 ctx.close()

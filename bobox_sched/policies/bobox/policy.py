@@ -173,7 +173,7 @@ class BoboxPolicy(Policy):
         if node.pinned:
             try:
                 op = node.pinned.popleft()
-                w.last_req = op._bx_req
+                w.last_req = op.req
                 w.last_step = 3
                 w.steps[3] += 1
                 return op

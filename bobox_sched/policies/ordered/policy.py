@@ -135,25 +135,25 @@ class _NodeRef:
 
 
 class Allotment:
-    """Task: run up to `quota` units of `stage` (the worker loop reads ``_bx_req``)."""
+    """Task: run up to `quota` units of `stage` (the worker loop reads ``req``)."""
 
-    __slots__ = ("stage", "quota", "_bx_req", "name")
+    __slots__ = ("stage", "quota", "req", "name")
 
     def __init__(self, stage, quota: int):
         self.stage = stage
         self.quota = quota
-        self._bx_req = stage.req
+        self.req = stage.req
         self.name = stage.name
 
 
 class DrainTask:
     """Task: drain `stage`'s reorder buffer (its receiver made room)."""
 
-    __slots__ = ("stage", "_bx_req", "name")
+    __slots__ = ("stage", "req", "name")
 
     def __init__(self, stage):
         self.stage = stage
-        self._bx_req = stage.req
+        self.req = stage.req
         self.name = stage.name
 
 
@@ -302,11 +302,11 @@ class OrderedPolicy(Policy):
     def place(self, request, node=None) -> None:
         request.nodes = []
         ops = request.ops
-        # the bound operators in chain order: follow _bx_dst from the source
+        # the operators' tasks in chain order: follow dst from the source
         src = request.sources[0]
         order = [src]
         while order[-1].outputs:
-            order.append(order[-1]._bx_dst[0][0])
+            order.append(order[-1].dst[0][0])
         opts = dict(self.opts)
         opts.update(capacity=self.capacity, worklist=self.worklist, source_capacity=SOURCE_CAPACITY)
         stages = build_chain(self, order, len(self.workers), opts)
@@ -349,11 +349,11 @@ class OrderedPolicy(Policy):
             request.e2e_ns.append(time.perf_counter_ns() - marker.t_in)
 
     # -- tasks -----------------------------------------------------------------------------
-    def push_immediate(self, worker, op) -> None:
-        self.push_deferred(op._bx_req, op, worker)
+    def push_immediate(self, worker, task) -> None:
+        self.push_deferred(task.req, task, worker)
 
-    def push_deferred(self, request, op, worker) -> None:
-        st = self._source_stages.get(id(op))
+    def push_deferred(self, request, task, worker) -> None:
+        st = self._source_stages.get(id(task))
         if st is None:
             return  # not a source, or its request ended
         st.wants = True
@@ -565,7 +565,7 @@ class OrderedPolicy(Policy):
                 try:
                     st.drain()
                 except BaseException as e:  # noqa: BLE001 - the request fails, the worker carries on
-                    req.fail(e, st.op)
+                    req.fail(e, st.task)
             return
         ctx.rin = 0
         ctx.rout = 0
@@ -576,9 +576,9 @@ class OrderedPolicy(Policy):
             if req.state is req.ACTIVE:
                 n = st.consume(ctx, task.quota)
         except BaseException as e:  # noqa: BLE001
-            req.fail(e, st.op)
+            req.fail(e, st.task)
         finally:
-            ctx.op = None
+            ctx.task = None
             ctx._out = None
         worker.ord_report = (st, time.perf_counter_ns() - t0, n, ctx.rin, ctx.rout, time.thread_time_ns() - c0)
         if n == 0:

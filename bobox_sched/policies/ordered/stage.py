@@ -52,7 +52,7 @@ Who touches what, when:
 A source stage runs the source's ``process(ctx)`` once per unit; what it sends is one
 unit. ``ctx.reschedule()`` keeps it runnable, ``ctx.reschedule(delay)`` and a channel's
 ``put`` make it runnable later (through the task state machine's ``schedule``, which the
-stage keeps consistent: ``task.py``'s token ``op._bx_tok`` and ``op._bx_again``). The
+stage keeps consistent: ``task.py``'s token ``task.tok`` and ``task.again``). The
 token is held while the source is runnable (``wants``) or running, released when it has
 nothing to do, and kept for ever once it ended; ``schedule`` takes a free token and
 pushes, and the policy's ``push_deferred`` then sets ``wants``. Only the token's holder
@@ -128,17 +128,17 @@ class OrderedContext(Context):
         self.rout = 0
 
     def send(self, port: str, packet) -> bool:
-        op = self.op
-        if port not in op._bx_outidx:
-            raise OperatorError(f"operator {op.name!r} has no output port {port!r}")
+        t = self.task
+        if port not in t.outidx:
+            raise OperatorError(f"operator {t.name!r} has no output port {port!r}")
         if self._closed:
-            raise OperatorError(f"operator {op.name!r} sent a packet on output {port!r} after closing it")
+            raise OperatorError(f"operator {t.name!r} sent a packet on output {port!r} after closing it")
         if packet.__class__ is not Packet and not isinstance(packet, Packet):
-            raise OperatorError(f"operator {op.name!r} sent {type(packet).__name__} on output {port!r}: "
+            raise OperatorError(f"operator {t.name!r} sent {type(packet).__name__} on output {port!r}: "
                                 "send() takes a Packet")
         out = self._out
         if out is None:
-            raise OperatorError(f"operator {op.name!r}: a partitioned operator's on_slice outputs with emit(), "
+            raise OperatorError(f"operator {t.name!r}: a partitioned operator's on_slice outputs with emit(), "
                                 "not ctx.send()")
         out.append(packet)
         return True
@@ -147,15 +147,15 @@ class OrderedContext(Context):
         if not isinstance(punct, Punctuation):
             raise TypeError(f"punctuate() takes a Punctuation, not {type(punct).__name__}")
         if self._out is None:
-            raise OperatorError(f"operator {self.op.name!r}: no punctuation from on_slice (partitioned operators "
+            raise OperatorError(f"operator {self.task.name!r}: no punctuation from on_slice (partitioned operators "
                                 "forward punctuations through the runtime)")
         self._out.append(punct)
 
     def close(self, port: str | None = None) -> None:
         # A chain operator has at most one output (policies/ordered.py refuses more), so
         # closing that port is closing all of them; a name it does not have is a bug.
-        if port is not None and port not in self.op._bx_outidx:
-            raise _no_port(self.op, "output", port)
+        if port is not None and port not in self.task.outidx:
+            raise _no_port(self.task, "output", port)
         self._closed = True
 
     def finish(self) -> None:
@@ -169,7 +169,7 @@ class OrderedContext(Context):
         return False  # outputs always join the unit; back-pressure acts on dequeues
 
     def recv(self, port):
-        raise OperatorError(f"operator {self.op.name!r}: the ordered policy runs StreamOperator callbacks "
+        raise OperatorError(f"operator {self.task.name!r}: the ordered policy runs StreamOperator callbacks "
                             "(on_packet), not recv()")
 
     def has_input(self, port):
@@ -182,11 +182,11 @@ class OrderedContext(Context):
         return self.recv(None)
 
 
-def stage_kind(op, pos: int) -> str:
+def stage_kind(task, pos: int) -> str:
     """SOURCE, STATELESS, PARTITIONED or STATEFUL, from the operator model."""
     if pos == 0:
         return SOURCE
-    model = op._bx_model
+    model = task.model
     if model.max_parallelism > 1:
         if model.state == _model.STATELESS:
             return STATELESS
@@ -198,13 +198,14 @@ def stage_kind(op, pos: int) -> str:
 class Stage:
     """One operator of an ordered chain (module doc)."""
 
-    def __init__(self, policy, op, pos: int, kind: str, M: int, capacity: int, worklist_cap: int,
+    def __init__(self, policy, task, pos: int, kind: str, M: int, capacity: int, worklist_cap: int,
                  reorder: str = "nonblocking", scheme: str = "hybrid", row_order: str = "exact",
                  window_full: str = "credits"):
         self.policy = policy
-        self.op = op
-        self.req = op._bx_req
-        self.name = op.name
+        self.task = task  # the runtime's record of the operator (core/task.py)
+        self.op = op = task.op
+        self.req = task.req
+        self.name = task.name
         self.pos = pos
         self.kind = kind
         self.M = M
@@ -246,9 +247,9 @@ class Stage:
         # with window_full="spin", nor under PARTITIONED-QUEUE, whose workers test the
         # window itself (window_ok); a source always does (_consume_source).
         self.uses_credits = kind == SOURCE or not (self.spin or self.is_partitioned_queues)
-        preserves = op._bx_ppreserve if op.outputs else ()
+        preserves = task.ppreserve if task.outputs else ()
         self.preserves = bool(preserves)
-        self.expecting = bool(op.inputs) and op._bx_pexpect[0]
+        self.expecting = bool(task.inputs) and task.pexpect[0]
         self.wants = False  # source: asked to run (reschedule, first task, channel put)
         self.finished = False
         # statistics written under the policy's lock (allotment reports)
@@ -365,7 +366,7 @@ class Stage:
     # -- consumer side: an allotment ---------------------------------------------------------
     def consume(self, ctx, quota: int) -> int:
         """Run up to `quota` units on the calling worker; the number of units taken."""
-        ctx.op = self.op
+        ctx.task = self.task
         ctx._closed = False
         if self.kind == SOURCE:
             return self._consume_source(ctx, quota)
@@ -466,7 +467,7 @@ class Stage:
         return [p] if self.preserves else []
 
     def _consume_source(self, ctx, quota: int) -> int:
-        op = self.op
+        task = self.task
         n = 0
         while n < quota and self.wants and not self.finished and self._ready():
             if self.req.state is not self.req.ACTIVE or not self.credits.take():
@@ -474,9 +475,9 @@ class Stage:
             out = ctx._out = []
             ctx._closed = False
             ctx._resched = False
-            op._bx_again = False  # triggers from now on are seen below (task.run_task's rule)
+            task.again = False  # triggers from now on are seen below (task.run_task's rule)
             o = Out(out, _clock())
-            op.process(ctx)
+            self.op.process(ctx)
             r = 0
             for x in out:
                 if x.__class__ is Packet:
@@ -486,16 +487,16 @@ class Stage:
             if ctx._closed:
                 o.eos = True
                 self.wants = False  # the token is kept for ever: no task again
-            elif resched is True or op._bx_again:
+            elif resched is True or task.again:
                 self.wants = True  # keep the token: runnable (Running and scheduled)
             elif resched:
                 self.wants = False  # keep the token: the timer pushes it (push_later)
             else:
                 # Nothing to do: release, then look again (a schedule() that found the
                 # token taken relies on this second look).
-                self.wants = release(op)
+                self.wants = release(task)
             if resched and resched is not True and not ctx._closed:
-                self.req.policy.push_later(self.req, op, resched)
+                self.req.policy.push_later(self.req, task, resched)
             n += 1
             self.reorder.send(self.serial(), o)
             if o.eos:
@@ -548,24 +549,24 @@ class Stage:
         if self.kind == SOURCE:
             return []
         ctx = self.policy.current_ctx()
-        saved = (ctx.op, ctx._out, ctx._closed)
+        saved = (ctx.task, ctx._out, ctx._closed)
         out = []
         try:
-            ctx.op = self.op
+            ctx.task = self.task
             ctx._out = out
             ctx._closed = False
             self.op.on_eos(ctx, self.port)
             self.op.on_end(ctx)
         finally:
-            ctx.op, ctx._out, ctx._closed = saved
+            ctx.task, ctx._out, ctx._closed = saved
         return out
 
     def _finish(self) -> None:
         self.finished = True
-        op = self.op
-        op._bx_finished = True  # senders drop; the token (held by a source's last run) is never released
+        task = self.task
+        task.finished = True  # senders drop; the token (held by a source's last run) is never released
         self.policy.stage_finished(self)
-        self.req.op_finished(op)
+        self.req.op_finished(task)
 
     def drain(self) -> None:
         """A drain-only task: the receiver made room (A5)."""
@@ -620,12 +621,13 @@ def _no_credit() -> None:
     """The credit given back by a dequeue that took none (window_full="spin")."""
 
 
-def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list:
-    """Stages for the operators of a linear chain (source first, sink last)."""
+def build_chain(policy, tasks_in_order: list, workers: int, options: dict) -> list:
+    """Stages for the operators of a linear chain (their tasks, source first, sink last)."""
     stages = []
-    for pos, op in enumerate(ops_in_order):
-        kind = stage_kind(op, pos)
-        declared = op._bx_model.max_parallelism
+    for pos, task in enumerate(tasks_in_order):
+        op = task.op
+        kind = stage_kind(task, pos)
+        declared = task.model.max_parallelism
         if isinstance(op, PartitionedOperator) and op.row_order is None:
             op.row_order = options["row_order"]  # also when it runs on one worker (on_packet)
         if kind == STATELESS:
@@ -636,7 +638,7 @@ def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list
                     f"operator '{op.name}' declares Partitioned state with max_parallelism > 1 but is not a "
                     "bobox_sched.PartitionedOperator (state per bucket): subclass it, or declare "
                     "max_parallelism = 1")
-            if op._bx_pexpect[0]:
+            if task.pexpect[0]:
                 raise ValueError(f"operator '{op.name}': a partitioned operator under the ordered policy cannot "
                                  "declare punct_in='expecting' (its buckets run on many workers)")
             p = op._partitioning()[1]
@@ -647,7 +649,7 @@ def build_chain(policy, ops_in_order: list, workers: int, options: dict) -> list
         wl = options["worklist"]
         if kind == SOURCE:
             cap = min(cap, options["source_capacity"])
-        st = Stage(policy, op, pos, kind, M, cap, wl, reorder=options["reorder"], scheme=options["scheme"],
+        st = Stage(policy, task, pos, kind, M, cap, wl, reorder=options["reorder"], scheme=options["scheme"],
                    row_order=options["row_order"], window_full=options["window_full"])
         stages.append(st)
     for a, b in zip(stages, stages[1:]):

@@ -272,7 +272,7 @@ class StreamsPolicy(StreamsBase):
         if rec is None:
             return True  # the request ended (request_done dropped the records): drop
         port = rec.out[i]
-        if port.op._bx_finished:
+        if port.task.finished:
             return True  # the receiver finished early: drop
         if not port.q.push(item):
             self.re_schedule(worker, port, item)
@@ -288,7 +288,7 @@ class StreamsPolicy(StreamsBase):
         q = port.q
         cons = q.cons
         m = port.mutex
-        req = port._bx_req
+        req = port.req
         rec = w if w.is_scheduler_thread else None
         limit = self.resched_limit
         execute = self.execute
@@ -299,7 +299,7 @@ class StreamsPolicy(StreamsBase):
                     return
             elif self.g_shutdown or self.g_ports_closed:
                 return
-            if req.state is not req.ACTIVE or port.op._bx_finished:
+            if req.state is not req.ACTIVE or port.task.finished:
                 return  # the request ended, or the receiver finished: drop
             processed = 0
             if cons.acquire(False):
@@ -381,7 +381,7 @@ class StreamsPolicy(StreamsBase):
             q.cons.release()
             self.table.give_back(port)
         if n > 1:
-            port._bx_req.wsteps[w.id][0] += n - 1  # the worker loop counted the first
+            port.req.wsteps[w.id][0] += n - 1  # the worker loop counted the first
 
     # -- elasticity ------------------------------------------------------------------------
     def _controller_main(self) -> None:

@@ -72,7 +72,7 @@ class ManualPolicy(StreamsBase):
         return []
 
     def push_item(self, worker, port, item) -> None:
-        if port.op._bx_finished:
+        if port.task.finished:
             return
         cons = port.q.cons
         m = port.mutex
@@ -123,19 +123,19 @@ class DedicatedPolicy(StreamsBase):
                 b.not_empty.notify()
 
     def push_item(self, worker, port, item) -> None:
-        op = port.op
-        if op._bx_finished:
+        task = port.task
+        if task.finished:
             return
         q = port.q
         b = port.dq
         with b.lock:
             if len(q) >= q.capacity:
-                req = port._bx_req
+                req = port.req
                 while True:
                     b.not_full.wait(RECHECK_S)
                     if len(q) < q.capacity:
                         break
-                    if op._bx_finished or req.state is not req.ACTIVE:
+                    if task.finished or req.state is not req.ACTIVE:
                         return  # drop: nobody will take it
             q.append(item)
             b.not_empty.notify()
@@ -143,8 +143,8 @@ class DedicatedPolicy(StreamsBase):
     def _port_main(self, w, port) -> None:
         q = port.q
         b = port.dq
-        req = port._bx_req
-        op = port.op
+        req = port.req
+        task = port.task
         cons = q.cons
         m = port.mutex
         try:
@@ -165,7 +165,7 @@ class DedicatedPolicy(StreamsBase):
                     if m is not None:
                         m.release()
                     cons.release()
-                if op._bx_finished:
+                if task.finished:
                     return  # (after its final punctuation a port may still get RERUNs)
         finally:
             self._op_thread_done(w)

@@ -56,18 +56,18 @@ RERUN = object()
 
 
 class _RetiredOperator:
-    """What a retired port's ``op`` becomes: a finished operator with no ports. Threads
-    that still hold the port (popped from the free list before it was retired, or a
-    sender's reSchedule) read ``op._bx_finished`` first and drop what they carry; the
+    """What a retired port's ``task`` becomes: the task of a finished operator with no
+    ports. Threads that still hold the port (popped from the free list before it was
+    retired, or a sender's reSchedule) read ``task.finished`` first and drop what they carry; the
     real operator, and through it its state and its packets, is released with the
     request (a port of the LRU free list is dropped only when popped: until then it must
     not pin the operator)."""
 
-    _bx_finished = True
-    _bx_finishing = True
+    finished = True
+    finishing = True
     name = "(retired)"
     inputs = ()
-    _bx_inidx: dict = {}
+    inidx: dict = {}
 
 
 RETIRED_OP = _RetiredOperator()
@@ -76,32 +76,32 @@ RETIRED_OP = _RetiredOperator()
 class PortRecord:
     """One input port of one operator of one request: what a tuple's ``port()`` names.
 
-    ``op`` and ``index`` say what to execute, ``rec`` is the operator's record
+    ``task`` (the operator's ``core.task.Task``) and ``index`` say what to execute, ``rec`` is the operator's record
     (``runtime.OpRecord``); ``q`` is the port's queue, a ``core.port.Port`` used as the
     paper's SPSCEnforcer (``push``, ``take``, ``prod``, ``cons``);
     ``mutex`` the operator's state lock (None for a single-input operator, or one that
     declared ``max_parallelism > 1``: it synchronises itself, its ports run
-    concurrently); ``_bx_req`` the request (read by the worker loop like a task's).
+    concurrently); ``req`` the request (read by the worker loop like a task's).
     ``pid`` is the registration number (for tables and tests only)."""
 
-    __slots__ = ("op", "rec", "index", "q", "mutex", "_bx_req", "pid", "retired", "concurrent", "dq")
+    __slots__ = ("task", "rec", "index", "q", "mutex", "req", "pid", "retired", "concurrent", "dq")
 
-    def __init__(self, op, rec, index: int, capacity: int, mutex, concurrent: bool):
-        self.op = op
+    def __init__(self, task, rec, index: int, capacity: int, mutex, concurrent: bool):
+        self.task = task
         self.rec = rec
         self.index = index
         self.q = Port(capacity)
         self.mutex = mutex
         self.concurrent = concurrent
-        self._bx_req = op._bx_req
+        self.req = task.req
         self.pid = -1
         self.retired = False
         self.dq = None  # the dedicated model's lock and conditions around q (models._Blocking)
 
     @property
     def name(self) -> str:
-        op = self.op
-        return f"{op.name}.{op.inputs[self.index]}" if op is not RETIRED_OP else f"(retired).{self.index}"
+        task = self.task
+        return f"{task.name}.{task.inputs[self.index]}" if task is not RETIRED_OP else f"(retired).{self.index}"
 
     def __repr__(self) -> str:
         return f"<Port {self.pid} {self.name}{' retired' if self.retired else ''}>"
@@ -138,7 +138,7 @@ class PortTable:
                 self.ports.pop(r.pid, None)
                 dropped += sum(1 for t in list(r.q) if t is not RERUN)
                 r.q.clear()
-                r.op = RETIRED_OP  # see _RetiredOperator
+                r.task = RETIRED_OP  # see _RetiredOperator
         return dropped
 
     def __len__(self) -> int:

@@ -9,7 +9,7 @@ push / reSchedule), ``manual`` and ``dedicated`` (``models.py``).
 Mapping onto the runtime (spec section 5.2). A Streams tuple is one item of an output:
 a packet, a punctuation, or the final punctuation (``EOS``), all in band, in order.
 ``execute(port, tuple)`` puts the tuple where the operator's ``ctx.recv`` finds it (its
-input port ``_bx_inq[j]``, a ``core.port.Port`` empty between executions, or its
+input port ``inq[j]``, a ``core.port.Port`` empty between executions, or its
 ``closed`` flag for EOS) and
 calls ``process(ctx)`` once: the operator API is unchanged (R4), and scheduling happens
 only when the operator sends (``Policy.deliver``: the operator's ``ctx.send``, ``close``
@@ -31,7 +31,7 @@ Protocol (who may touch what, when):
   port on the same thread (reSchedule, or manual's direct call). The thread's context
   object is shared by the nested executions, so ``execute`` saves and restores the
   context's operator (and port) around ``process``.
-* ``_bx_finished`` of an operator is set once, by the thread whose execution made it
+* ``finished`` of an operator is set once, by the thread whose execution made it
   finish (``OpRecord.once``, a try-lock, makes ``op_finished`` run once even for an
   operator whose ports run concurrently); senders drop what they send to a finished
   operator.
@@ -107,7 +107,7 @@ class OpRecord:
     ports, the ports its outputs feed (``out[i]``: the receiver of output i), the try-lock
     that makes ``op_finished`` run once, the "a rerun is queued" flag, and for a source
     its thread and wake-up event. The policy owns it (``StreamsBase.records``, keyed by
-    ``id(op)`` while the request lives; every ``PortRecord`` points to its operator's),
+    ``id(task)`` while the request lives; every ``PortRecord`` points to its operator's),
     so nothing of the policy is stored on the user's operator object.
 
     Who touches what: ``ports``, ``out`` and ``once`` are written at ``place`` (before
@@ -153,8 +153,8 @@ class StreamsBase(Policy):
         # Their threads, until collected: a thread leaves op_threads before its run ends,
         # stop(wait=True) joins it until it has (every thread of the scheduler ended).
         self._op_thread_objs = weakref.WeakSet()
-        self.records: dict[int, OpRecord] = {}  # id(op) -> its record, while its request lives (OpRecord)
-        self.retired_executed = 0  # tuples executed by op threads that have ended
+        self.records: dict[int, OpRecord] = {}  # id(task) -> its record, while its request lives (OpRecord)
+        self.retired_executed = 0  # tuples executed by task threads that have ended
         self.max_in_ports = 1  # largest number of input ports of a registered operator
         self.max_conc_ports = 0  # ... of one that runs its ports concurrently
         self.depth = 1  # longest pipeline registered (operators)
@@ -169,15 +169,15 @@ class StreamsBase(Policy):
     def place(self, request, node=None) -> None:
         """Register the request's ports, before its sources start."""
         request.nodes = []
-        ops = request.ops
+        ops = request.tasks
         ports = []
         records = self.records
-        for op in ops.values():
-            n = len(op.inputs)
-            conc = op._bx_model.max_parallelism > 1
+        for task in ops.values():
+            n = len(task.inputs)
+            conc = task.model.max_parallelism > 1
             mutex = threading.Lock() if n > 1 and not conc else None
-            rec = records[id(op)] = OpRecord()
-            rec.ports = [PortRecord(op, rec, j, self.capacity, mutex, conc) for j in range(n)]
+            rec = records[id(task)] = OpRecord()
+            rec.ports = [PortRecord(task, rec, j, self.capacity, mutex, conc) for j in range(n)]
             if not n:
                 rec.wake = threading.Event()
             ports.extend(rec.ports)
@@ -185,8 +185,8 @@ class StreamsBase(Policy):
                 self.max_in_ports = n
             if conc and n > self.max_conc_ports:
                 self.max_conc_ports = n
-        for op in ops.values():
-            records[id(op)].out = [records[id(dst)].ports[j] for dst, j in op._bx_dst]
+        for task in ops.values():
+            records[id(task)].out = [records[id(dst)].ports[j] for dst, j in task.dst]
         request.streams_ports = ports
         depth = _longest_path(ops)
         if depth > self.depth:
@@ -205,12 +205,12 @@ class StreamsBase(Policy):
         ports = getattr(request, "streams_ports", None)
         if ports is None:
             return
-        ops = {p.op for p in ports} | set(request.sources)
+        ops = {p.task for p in ports} | set(request.sources)
         request.streams_dropped = self.table.retire(ports)
         for port in ports:
             self.port_retired(port)
-        for op in ops:
-            rec = self.records.pop(id(op), None)
+        for task in ops:
+            rec = self.records.pop(id(task), None)
             if rec is not None and rec.wake is not None:
                 rec.wake.set()  # a waiting source sees its request ended
 
@@ -218,15 +218,15 @@ class StreamsBase(Policy):
         """The model's part of retirement."""
 
     # -- tasks: sources and reruns ---------------------------------------------------------
-    def push_deferred(self, request, op, worker) -> None:
+    def push_deferred(self, request, task, worker) -> None:
         if request.state is not request.ACTIVE:
             return
-        rec = self.records.get(id(op))
+        rec = self.records.get(id(task))
         if rec is None:
             return  # the request ended meanwhile (request_done dropped the record)
-        if not op.inputs:
+        if not task.inputs:
             if rec.thread is None:
-                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{op.name}", self._source_main, (op, rec))
+                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{task.name}", self._source_main, (task, rec))
                 rec.thread = t
                 self._add_op_threads([t])
                 t.start()
@@ -235,11 +235,11 @@ class StreamsBase(Policy):
             return
         # ctx.reschedule() of an operator with inputs (we are on the timer thread).
         rec.rerun = False
-        if not op._bx_finished:
+        if not task.finished:
             self.push_item(self._timer_worker, rec.ports[0], RERUN)
 
-    def push_immediate(self, worker, op) -> None:
-        self.push_deferred(op._bx_req, op, worker)
+    def push_immediate(self, worker, task) -> None:
+        self.push_deferred(task.req, task, worker)
 
     def push_item(self, worker, port, item) -> None:
         raise NotImplementedError
@@ -285,50 +285,50 @@ class StreamsBase(Policy):
             self.op_threads.discard(w)
             self.retired_executed += w.executed
 
-    def _source_main(self, w, op, rec) -> None:
+    def _source_main(self, w, task, rec) -> None:
         """A source operator's own thread: run ``process`` until the source finishes or
         its request ends (module doc: the task token)."""
-        req = op._bx_req
+        req = task.req
         ctx = w.ctx
         wake = rec.wake
         try:
             while True:
                 if req.state is not req.ACTIVE:
-                    op._bx_finished = True
+                    task.finished = True
                     return
-                op._bx_again = False
-                ctx.op = op
+                task.again = False
+                ctx.task = task
                 try:
-                    op.process(ctx)
+                    task.op.process(ctx)
                 except BaseException as e:  # noqa: BLE001 - the request fails, nothing else
-                    ctx.op = None
-                    op._bx_finished = True
+                    ctx.task = None
+                    task.finished = True
                     if e.__class__ is _Unwind:  # failed downstream, executed on this thread
                         self._fail_unwound(req, e)
                     else:
                         if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
                             e.__traceback__ = e.__traceback__.tb_next
-                        req.fail(e, op)
+                        req.fail(e, task)
                     del e
                     return
-                ctx.op = None
-                if op._bx_finishing:
+                ctx.task = None
+                if task.finishing:
                     if rec.once.acquire(False):
-                        op._bx_finished = True
-                        req.op_finished(op)
+                        task.finished = True
+                        req.op_finished(task)
                     return
-                resched = op._bx_resched
-                op._bx_resched = False
-                if op._bx_again or resched is True:
+                resched = task.resched
+                task.resched = False
+                if task.again or resched is True:
                     continue
                 wake.clear()
                 if resched:  # reschedule(delay): the timer hands the token back
-                    self.push_later(req, op, resched)
-                elif release(op):
+                    self.push_later(req, task, resched)
+                elif release(task):
                     continue  # a trigger raced in: run again, holding the token
                 wake.wait()
         finally:
-            ctx.op = None
+            ctx.task = None
             w.last_req = None
             self._op_thread_done(w)
 
@@ -337,42 +337,42 @@ class StreamsBase(Policy):
         """Run the operator of `port` for one tuple, on the calling thread `w`, which
         holds the port (and the operator's state lock). Exceptions of the operator fail
         its request; the caller's locks are the caller's to release."""
-        op = port.op
-        req = port._bx_req
-        if op._bx_finished or req.state is not req.ACTIVE:
+        task = port.task
+        req = port.req
+        if task.finished or req.state is not req.ACTIVE:
             return  # finished early (a limit) or the request ended: drop
         j = port.index
         conc = port.concurrent
         if item is EOS:
-            op._bx_inq[j].close()
+            task.inq[j].close()
         elif item is RERUN:
             j = -1
         else:
-            op._bx_inq[j].append(item)
+            task.inq[j].append(item)
         w.executed += 1
         ctx = w.cctx if conc else w.ctx
-        prev_op = ctx.op
+        prev_op = ctx.task
         prev_port = ctx.port_index
-        ctx.op = op
+        ctx.task = task
         ctx.port_index = j
         try:
-            op._bx_idle = 1
-            op.process(ctx)
+            task.idle = 1
+            task.op.process(ctx)
             # An operator may read one packet per run (a hash join's probe side): run it
             # again while it takes something and input is left.
-            al = op._bx_align
-            while not op._bx_finishing and op._bx_idle == 0 and (_unread(op, j, conc) or
+            al = task.align
+            while not task.finishing and task.idle == 0 and (_unread(task, j, conc) or
                                                                  (al is not None and al.take_released())):
-                op._bx_idle = 1
-                op.process(ctx)
+                task.idle = 1
+                task.op.process(ctx)
         except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
             # Up to the RecursionError test, attribute reads and stores only (module doc,
             # "Failures and the stack"): at the bottom of the stack a call may raise a
             # second RecursionError, which the enclosing execution would then handle.
-            ctx.op = prev_op
+            ctx.task = prev_op
             ctx.port_index = prev_port
-            op._bx_finished = True
-            nested = w.ctx.op is not None or w.cctx.op is not None
+            task.finished = True
+            nested = w.ctx.task is not None or w.cctx.task is not None
             if e.__class__ is _Unwind:
                 if nested:
                     e.levels += 1
@@ -381,51 +381,51 @@ class StreamsBase(Policy):
                 del e
                 return
             if nested and e.__class__ is RecursionError:
-                raise _Unwind(e, op) from None
+                raise _Unwind(e, task) from None
             if e.__traceback__ is not None and e.__traceback__.tb_frame is sys._getframe():
                 e.__traceback__ = e.__traceback__.tb_next
             if nested and _near_limit():
-                raise _Unwind(e, op) from None
-            req.fail(e, op)
+                raise _Unwind(e, task) from None
+            req.fail(e, task)
             del e
             return
-        ctx.op = prev_op
+        ctx.task = prev_op
         ctx.port_index = prev_port
-        if op._bx_finishing:
+        if task.finishing:
             if port.rec.once.acquire(False):
-                op._bx_finished = True
-                for q in op._bx_inq:
+                task.finished = True
+                for q in task.inq:
                     q.clear()
-                req.op_finished(op)
+                req.op_finished(task)
             return
-        resched = op._bx_resched
+        resched = task.resched
         if resched:
-            op._bx_resched = False
+            task.resched = False
             rec = port.rec
             if not rec.rerun:
                 rec.rerun = True
-                self.push_later(req, op, resched if resched.__class__ is float else 0.0)
+                self.push_later(req, task, resched if resched.__class__ is float else 0.0)
             return
-        if op._bx_idle and all(q.closed for q in op._bx_inq) and _unread(op, j, conc):
+        if task.idle and all(q.closed for q in task.inq) and _unread(task, j, conc):
             # Every input ended and the operator left input unread without taking
             # anything: nothing will run it again.
-            op._bx_finished = True
-            req.fail(_stalled(op), op)
+            task.finished = True
+            req.fail(_stalled(task), task)
 
     def _fail_unwound(self, req, u) -> None:
         """Fail `req` with the error `u` carried up from a nested execution (module doc),
         on the thread's outermost execution or source loop, where the stack has room."""
-        exc, op = u.args
+        exc, task = u.args
         tb = exc.__traceback__
         if tb is not None and tb.tb_frame.f_code is _EXECUTE_CODE:
             exc.__traceback__ = tb.tb_next  # as execute does: the trace starts in the operator
         if exc.__class__ is RecursionError:
             exc.add_note(
-                f"policy streams (model {self.model!r}): operator {op.name!r} ran nested {u.levels} executions "
+                f"policy streams (model {self.model!r}): operator {task.name!r} ran nested {u.levels} executions "
                 f"deep on one thread (a send executes its receiver on the sending thread: in manual always, in "
                 f"dynamic by reSchedule when the receiver's queue is full) and reached the recursion limit "
                 f"({sys.getrecursionlimit()}); raise it (sys.setrecursionlimit) or use model='dedicated'")
-        req.fail(exc, op)
+        req.fail(exc, task)
 
     # -- metrics ---------------------------------------------------------------------------
     def total_executed(self) -> int:
@@ -457,12 +457,12 @@ class StreamsBase(Policy):
 _EXECUTE_CODE = StreamsBase.execute.__code__
 
 
-def _unread(op, j: int, conc: bool) -> bool:
+def _unread(task, j: int, conc: bool) -> bool:
     """Input left in the operator's buffers (for one whose ports run concurrently: in the
     buffer of the port this thread executes)."""
     if conc:
-        return j >= 0 and bool(op._bx_inq[j])
-    return unread(op)  # a punctuation waiting at an input's head for the others is not unread
+        return j >= 0 and bool(task.inq[j])
+    return unread(task)  # a punctuation waiting at an input's head for the others is not unread
 
 
 def _near_limit() -> bool:
@@ -478,11 +478,11 @@ def _near_limit() -> bool:
     return False
 
 
-def _stalled(op) -> OperatorStalled:
-    unread = [(p, len(q)) for p, q in zip(op.inputs, op._bx_inq) if q]
+def _stalled(task) -> OperatorStalled:
+    unread = [(p, len(q)) for p, q in zip(task.inputs, task.inq) if q]
     ports = ", ".join(f"{p!r} ({n} packet{'s' if n != 1 else ''})" for p, n in unread) or "none"
     return OperatorStalled(
-        f"operator {op.name!r} ({type(op).__name__}) made no progress: every input ended and it left "
+        f"operator {task.name!r} ({type(task.op).__name__}) made no progress: every input ended and it left "
         f"{ports} unread without taking a packet; an operator must keep consuming every input")
 
 
@@ -490,20 +490,20 @@ def _longest_path(ops) -> int:
     """Operators on the longest path of the plan (how deep reSchedule can nest)."""
     memo: dict = {}
     order = list(ops.values())
-    # iterative DFS post-order: depth(op) = 1 + max depth of its receivers
+    # iterative DFS post-order: depth(task) = 1 + max depth of its receivers
     for root in order:
         if id(root) in memo:
             continue
         stack = [(root, False)]
         while stack:
-            op, done = stack.pop()
+            task, done = stack.pop()
             if done:
-                memo[id(op)] = 1 + max((memo[id(d)] for d, _ in op._bx_dst), default=0)
+                memo[id(task)] = 1 + max((memo[id(d)] for d, _ in task.dst), default=0)
                 continue
-            if id(op) in memo:
+            if id(task) in memo:
                 continue
-            stack.append((op, True))
-            for d, _ in op._bx_dst:
+            stack.append((task, True))
+            for d, _ in task.dst:
                 if id(d) not in memo:
                     stack.append((d, False))
     return max(memo.values(), default=1)

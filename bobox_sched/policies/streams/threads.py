@@ -147,7 +147,7 @@ class StreamsContext(Context):
     `port` is under every policy; None when the operator runs without a tuple: a source,
     a ``reschedule()``). An operator with many inputs may read only that port instead of
     polling all of them (the other ports' buffers are empty: each execution hands the
-    operator one tuple). ``port_index`` is its index in ``op.inputs`` (-1: none), the one
+    operator one tuple). ``port_index`` is its index in ``task.inputs`` (-1: none), the one
     store per tuple the runtime makes; the name is looked up only when asked for. Other
     policies' ``ctx.port`` is None (``Context.port``)."""
 
@@ -160,7 +160,7 @@ class StreamsContext(Context):
     @property
     def port(self) -> str | None:
         j = self.port_index
-        return self.op.inputs[j] if j >= 0 and self.op is not None else None
+        return self.task.inputs[j] if j >= 0 and self.task is not None else None
 
 
 class PortContext(StreamsContext):
@@ -172,16 +172,16 @@ class PortContext(StreamsContext):
     __slots__ = ()
 
     def recv(self, port: str):
-        op = self.op
-        if op._bx_inidx.get(port, -2) != self.port_index:
-            if port not in op._bx_inidx:
+        task = self.task
+        if task.inidx.get(port, -2) != self.port_index:
+            if port not in task.inidx:
                 return super().recv(port)  # raises the unknown-port error
             return None
         return super().recv(port)
 
     def has_input(self, port: str) -> bool:
-        op = self.op
-        if op._bx_inidx.get(port, -2) != self.port_index and port in op._bx_inidx:
+        task = self.task
+        if task.inidx.get(port, -2) != self.port_index and port in task.inidx:
             return False
         return super().has_input(port)
 
