@@ -6,7 +6,10 @@ The runtime asks this one question at several scales, and answers it here:
   operator passes it once, when it finished: ``Request.op_finished``);
 * a **transaction batch** reaches barrier 1 when every executor instance of the group has
   passed ``Batch(k)`` (``txn.coordinator.Group.arrive``), and an instance that reached
-  its own end of stream counts as having passed every later batch.
+  its own end of stream counts as having passed every later batch;
+* a **fan-in operator** sends a punctuation on when every aligned input has passed it
+  (``core/task.py``, ``Alignment``: one Passage per waiting punctuation; an input passes
+  it when it reaches its head, an input that ended passes it as its last).
 
 A :class:`Passage` counts one punctuation's passage over a fixed set of participants:
 ``pass_(i)`` returns True exactly once, on the call that completes the set; ``next()``
@@ -14,15 +17,14 @@ starts the count of the next punctuation, in which participants that ended
 (``pass_(i, final=True)``) have passed already. Passing twice before ``next()`` is a
 runtime error (a participant counted twice would end the wait early).
 
-Two more places answer the same question with their own data, because they answer it
-per row or per packet inside nogil kernels or on a hot path: a region's ordered merger
-(``regions/merger.py``: ``seenTop``, the minimum over channels of the last seqno each
-passed, a pulse included, is how far every channel has passed), and a fan-in operator's
-punctuation alignment (``core/task.py``, ``Alignment``: a punctuation leaves when every
-oblivious input holds it at its head or ended).
+One place answers the same question with its own data, because it answers it per row
+inside a nogil kernel: a region's ordered merger (``regions/merger.py``: ``seenTop``,
+the minimum over channels of the last seqno each passed, a pulse included, is how far
+every channel has passed; a Passage per seqno would put a Python call on every row).
 
 Threads: a Passage is not synchronised. Each owner serialises its calls: the request
-under ``Request._lock``, the group under ``Group._lock``.
+under ``Request._lock``, the group under ``Group._lock``, an alignment by being touched
+only by the thread running its operator (the task token).
 """
 
 from __future__ import annotations

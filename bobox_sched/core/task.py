@@ -118,6 +118,7 @@ import threading
 from collections import deque
 
 from bobox_sched.control import model as _model
+from bobox_sched.control.progress import Passage
 from bobox_sched.core.errors import OperatorError, OperatorStalled
 from bobox_sched.core.port import Port
 from bobox_sched.core.sync import FENCED, fence
@@ -341,11 +342,16 @@ class Alignment:
     therefore closes downstream when it closed on every input.
 
     ``pending`` maps each waiting punctuation (compared by value, not by its region
-    seqno: ``Punctuation.__eq__``) to the inputs holding it at their head, in the order
-    they arrived. Only the thread running the operator touches it (the token), like the
-    input buffers' heads. Inputs that wait at *different* punctuations while every other
-    input has ended or waits too can never go on: the operator fails with an
-    ``OperatorError`` naming them (a fan-in must see its punctuations in one order).
+    seqno: ``Punctuation.__eq__``), in the order they arrived, to its
+    :class:`~bobox_sched.control.progress.Passage` over the aligned inputs (the one
+    answer to "has every input passed P", which request completion and the txn barrier
+    use too): an input passes P when P reaches its head (it stays there until the
+    release: ``passed`` minus ``ended`` are the inputs holding it), an input that ended
+    passes it as its last (``final``). Only the thread running the operator touches it
+    (the token), like the input buffers' heads. Inputs that wait at *different*
+    punctuations while every other input has ended or waits too can never go on: the
+    operator fails with an ``OperatorError`` naming them (a fan-in must see its
+    punctuations in one order).
 
     A :class:`~bobox_sched.control.punct.Watermark` is not held: it is taken off its input
     at once and recorded in ``marks[j]`` (the input's latest), and a watermark of the
@@ -355,13 +361,14 @@ class Alignment:
     input ended the largest watermark seen is sent (if it advanced). Flink's rule: an
     operator's event time is the minimum of its inputs'. Same owner as ``pending``."""
 
-    __slots__ = ("pending", "oblivious", "released", "marks", "sent")
+    __slots__ = ("pending", "oblivious", "aligned", "released", "marks", "sent")
 
     def __init__(self, oblivious):
-        self.pending: dict = {}
+        self.pending: dict = {}  # punctuation -> its Passage over the aligned inputs
         self.marks: dict = {}  # input -> the time of its latest watermark
         self.sent = None  # the time of the last watermark sent
         self.oblivious = tuple(oblivious)  # per input: aligned here (not expecting)
+        self.aligned = tuple(k for k, ob in enumerate(self.oblivious) if ob)  # the Passages' participants
         # A release took punctuations off inputs other than the one being read: the
         # operator may have passed them already in this run, so it runs again (the
         # runtime's "run again", and policy streams' execute loop, read it).
@@ -375,7 +382,7 @@ class Alignment:
     def waits(self, j: int, head) -> bool:
         """True if input j's head is a punctuation waiting for the other inputs."""
         s = self.pending.get(head) if isinstance(head, Punctuation) else None
-        return s is not None and j in s
+        return s is not None and j in s.passed  # passed and holding it (an ended input holds nothing)
 
 
 def _ended(task, k: int) -> bool:
@@ -383,17 +390,19 @@ def _ended(task, k: int) -> bool:
     return task.inq[k].ended()
 
 
-def _passed_or_ended(task, al, waiting) -> bool:
-    """Every aligned input holds the punctuation (`waiting`: those that do) or ended."""
-    for k, ob in enumerate(al.oblivious):
-        if ob and k not in waiting and not _ended(task, k):
-            return False
-    return True
+def _pass_ended(task, al, passage) -> bool:
+    """The aligned inputs that ended since pass `passage` as their last punctuation; True
+    if that completed it (every aligned input holds the punctuation or ended)."""
+    done = False
+    for k in al.aligned:
+        if k not in passage.passed and _ended(task, k):
+            done = passage.pass_(k, final=True)
+    return done
 
 
-def _release_aligned(worker, task, al, p, waiting) -> None:
+def _release_aligned(worker, task, al, p, passage) -> None:
     del al.pending[p]
-    for k in waiting:
+    for k in passage.passed - passage.ended:  # the inputs holding p at their head
         q = task.inq[k]
         q.popleft()  # p is at its head: only this thread takes from it
         if q.waiters:
@@ -409,12 +418,13 @@ def _align(worker, task, j: int, p) -> bool:
     """Punctuation `p` is at the head of aligned input `j`: True if it has now passed
     every input (taken off all and sent), False if it waits (Alignment)."""
     al = task.align
-    waiting = al.pending.get(p)
-    if waiting is None:
-        waiting = al.pending[p] = {}
-    waiting[j] = True
-    if _passed_or_ended(task, al, waiting):
-        _release_aligned(worker, task, al, p, waiting)
+    passage = al.pending.get(p)
+    if passage is None:
+        passage = al.pending[p] = Passage(len(al.aligned))
+    # j passes p now (unless it already holds it: a run that reads j again), and any
+    # input that ended meanwhile passes it as its last
+    if (j not in passage.passed and passage.pass_(j)) or _pass_ended(task, al, passage):
+        _release_aligned(worker, task, al, p, passage)
         return True
     _check_misaligned(task, al)
     return False
@@ -464,15 +474,15 @@ def _align_ended(worker, task) -> None:
     al = task.align
     if al.marks:
         _send_min_watermark(worker, task, al)
-    for p, waiting in list(al.pending.items()):
-        if _passed_or_ended(task, al, waiting):
-            _release_aligned(worker, task, al, p, waiting)
+    for p, passage in list(al.pending.items()):
+        if _pass_ended(task, al, passage):
+            _release_aligned(worker, task, al, p, passage)
     if al.pending:
         _check_misaligned(task, al)
 
 
 def _check_misaligned(task, al) -> None:
-    held = {k: p for p, waiting in al.pending.items() for k in waiting}
+    held = {k: p for p, passage in al.pending.items() for k in passage.passed - passage.ended}
     for k, ob in enumerate(al.oblivious):
         if ob and k not in held and not _ended(task, k):
             return  # an input can still bring what the others wait for
