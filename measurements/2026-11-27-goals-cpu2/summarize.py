@@ -1,10 +1,12 @@
 """Old (170066d) against new (HEAD): bench overhead, bench queries and experiment regions,
 two alternating rounds each (perf.sh). Prints a Markdown table; each command's JSON is
-the last line of its output file."""
+the last line of its output file. The folder of the outputs is the argument (default:
+this file's; `../2026-11-28-goals-cpu2/` is read the same way)."""
 import json
 import pathlib
+import sys
 
-HERE = pathlib.Path(__file__).parent
+HERE = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).parent
 KEYS = [("old", 1), ("old", 2), ("new", 1), ("new", 2)]
 
 
