@@ -446,9 +446,7 @@ def _watermark(worker, task, al, j: int, q) -> None:
 def _send_min_watermark(worker, task, al) -> None:
     low = high = None
     open_inputs = False
-    for k, ob in enumerate(al.oblivious):
-        if not ob:
-            continue
+    for k in al.aligned:
         t = al.marks.get(k)
         if t is not None and (high is None or t > high):
             high = t
@@ -483,8 +481,8 @@ def _align_ended(worker, task) -> None:
 
 def _check_misaligned(task, al) -> None:
     held = {k: p for p, passage in al.pending.items() for k in passage.passed - passage.ended}
-    for k, ob in enumerate(al.oblivious):
-        if ob and k not in held and not _ended(task, k):
+    for k in al.aligned:
+        if k not in held and not _ended(task, k):
             return  # an input can still bring what the others wait for
     what = ", ".join(f"{task.inputs[k]!r} at {p!r}" for k, p in sorted(held.items()))
     raise OperatorError(f"operator {task.name!r}: its inputs wait at different punctuations ({what}); the "

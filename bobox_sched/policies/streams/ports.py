@@ -58,9 +58,9 @@ RERUN = object()
 class _RetiredOperator:
     """What a retired port's ``task`` becomes: the task of a finished operator with no
     ports. Threads that still hold the port (popped from the free list before it was
-    retired, or a sender's reSchedule) read ``task.finished`` first and drop what they carry; the
-    real operator, and through it its state and its packets, is released with the
-    request (a port of the LRU free list is dropped only when popped: until then it must
+    retired, or a sender's reSchedule) read ``task.finished`` first and drop what they
+    carry; the real operator, and through it its state and its packets, is released with
+    the request (a port of the LRU free list is dropped only when popped: until then it must
     not pin the operator)."""
 
     finished = True
@@ -76,8 +76,8 @@ RETIRED_OP = _RetiredOperator()
 class PortRecord:
     """One input port of one operator of one request: what a tuple's ``port()`` names.
 
-    ``task`` (the operator's ``core.task.Task``) and ``index`` say what to execute, ``rec`` is the operator's record
-    (``runtime.OpRecord``); ``q`` is the port's queue, a ``core.port.Port`` used as the
+    ``task`` (the operator's ``core.task.Task``) and ``index`` say what to execute,
+    ``rec`` is the operator's record (``runtime.OpRecord``); ``q`` is the port's queue, a ``core.port.Port`` used as the
     paper's SPSCEnforcer (``push``, ``take``, ``prod``, ``cons``);
     ``mutex`` the operator's state lock (None for a single-input operator, or one that
     declared ``max_parallelism > 1``: it synchronises itself, its ports run

@@ -154,7 +154,7 @@ class StreamsBase(Policy):
         # stop(wait=True) joins it until it has (every thread of the scheduler ended).
         self._op_thread_objs = weakref.WeakSet()
         self.records: dict[int, OpRecord] = {}  # id(task) -> its record, while its request lives (OpRecord)
-        self.retired_executed = 0  # tuples executed by task threads that have ended
+        self.retired_executed = 0  # tuples executed by operator threads that have ended
         self.max_in_ports = 1  # largest number of input ports of a registered operator
         self.max_conc_ports = 0  # ... of one that runs its ports concurrently
         self.depth = 1  # longest pipeline registered (operators)
@@ -169,10 +169,10 @@ class StreamsBase(Policy):
     def place(self, request, node=None) -> None:
         """Register the request's ports, before its sources start."""
         request.nodes = []
-        ops = request.tasks
+        tasks = request.tasks
         ports = []
         records = self.records
-        for task in ops.values():
+        for task in tasks.values():
             n = len(task.inputs)
             conc = task.model.max_parallelism > 1
             mutex = threading.Lock() if n > 1 and not conc else None
@@ -185,10 +185,10 @@ class StreamsBase(Policy):
                 self.max_in_ports = n
             if conc and n > self.max_conc_ports:
                 self.max_conc_ports = n
-        for task in ops.values():
+        for task in tasks.values():
             records[id(task)].out = [records[id(dst)].ports[j] for dst, j in task.dst]
         request.streams_ports = ports
-        depth = _longest_path(ops)
+        depth = _longest_path(tasks)
         if depth > self.depth:
             self.depth = depth
         if ensure_recursion(depth, self._recursion_hold):
@@ -205,11 +205,11 @@ class StreamsBase(Policy):
         ports = getattr(request, "streams_ports", None)
         if ports is None:
             return
-        ops = {p.task for p in ports} | set(request.sources)
+        tasks = {p.task for p in ports} | set(request.sources)
         request.streams_dropped = self.table.retire(ports)
         for port in ports:
             self.port_retired(port)
-        for task in ops:
+        for task in tasks:
             rec = self.records.pop(id(task), None)
             if rec is not None and rec.wake is not None:
                 rec.wake.set()  # a waiting source sees its request ended
@@ -226,7 +226,8 @@ class StreamsBase(Policy):
             return  # the request ended meanwhile (request_done dropped the record)
         if not task.inputs:
             if rec.thread is None:
-                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{task.name}", self._source_main, (task, rec))
+                t = OpThread(self.scheduler, f"bobox-streams-src{request.id}-{task.name}", self._source_main,
+                             (task, rec))
                 rec.thread = t
                 self._add_op_threads([t])
                 t.start()
@@ -351,7 +352,7 @@ class StreamsBase(Policy):
             task.inq[j].append(item)
         w.executed += 1
         ctx = w.cctx if conc else w.ctx
-        prev_op = ctx.task
+        prev_task = ctx.task
         prev_port = ctx.port_index
         ctx.task = task
         ctx.port_index = j
@@ -369,7 +370,7 @@ class StreamsBase(Policy):
             # Up to the RecursionError test, attribute reads and stores only (module doc,
             # "Failures and the stack"): at the bottom of the stack a call may raise a
             # second RecursionError, which the enclosing execution would then handle.
-            ctx.task = prev_op
+            ctx.task = prev_task
             ctx.port_index = prev_port
             task.finished = True
             nested = w.ctx.task is not None or w.cctx.task is not None
@@ -389,7 +390,7 @@ class StreamsBase(Policy):
             req.fail(e, task)
             del e
             return
-        ctx.task = prev_op
+        ctx.task = prev_task
         ctx.port_index = prev_port
         if task.finishing:
             if port.rec.once.acquire(False):
@@ -486,10 +487,10 @@ def _stalled(task) -> OperatorStalled:
         f"{ports} unread without taking a packet; an operator must keep consuming every input")
 
 
-def _longest_path(ops) -> int:
+def _longest_path(tasks) -> int:
     """Operators on the longest path of the plan (how deep reSchedule can nest)."""
     memo: dict = {}
-    order = list(ops.values())
+    order = list(tasks.values())
     # iterative DFS post-order: depth(task) = 1 + max depth of its receivers
     for root in order:
         if id(root) in memo:
