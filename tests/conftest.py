@@ -1,3 +1,4 @@
+import gc
 import os
 import shutil
 import subprocess
@@ -55,6 +56,24 @@ def hwloc_trees(tmp_path_factory):
     finally:
         if own:
             shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def young_heap():
+    """Each module starts with the heap as it is then frozen (``gc.freeze``: out of the
+    cyclic collector's sight) and gives it back at its end. A full collection of a test
+    worker's heap (numba, pyarrow, hypothesis, pyspark: hundreds of thousands of objects)
+    took 86 ms; tests that collect to check that packets, requests or schedulers were
+    freed collect hundreds of times: 7.0 of test_stress.py's first test's 11.2 s went to
+    82 gc.collect() calls (cProfile, 2026-11-28, measurements/2026-11-27-test-time/). In
+    a frozen heap they walk only what the module made. Objects frozen are still freed by
+    reference counting; only a cycle among them waits for the module's end. A test that
+    unfreezes (tests/test_experiment_heap.py) gets the whole heap back for the rest of
+    its module."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")
