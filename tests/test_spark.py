@@ -8,7 +8,8 @@ one fused task and as the two-stage job (partials, shuffle by query, combines), 
 the fly; the CLI writes the same answers as Parquet. Faults: an injected failure is retried (the task ran twice,
 seen through marker files the executors write) and the answer is unchanged; a failure on
 every attempt is a one-line error naming the query. Stage 3 on synthetic CSVs. Last, a
-standalone master and two workers on 127.0.0.1 run the same queries (and a retry).
+standalone master and two workers on 127.0.0.1 run the same queries (and a retry), then a
+parallel region's channels (``test_spark_regions.py``'s plans and check), on one cluster.
 
 One SparkSession and one data set serve the whole module (~1-2 min on 2 cores).
 """
@@ -483,17 +484,40 @@ def loopback_cluster(tmp_path):
                 p.wait(10)
 
 
-def test_standalone_cluster_on_loopback(sdata, answers, tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One standalone cluster for the module's last two tests: starting one (a master, two
+    workers, two executors and the driver's session: JVMs) took about 70 CPU-s on the
+    2-core CI machine (measurements/2026-11-27-test-time/README.md, eighth session)."""
+    with loopback_cluster(tmp_path_factory.mktemp("cluster")) as spark:
+        yield spark
+
+
+def test_standalone_cluster_on_loopback(sdata, answers, cluster):
     """Master + 2 workers (1 core each) on 127.0.0.1: the two-stage job, then a retry."""
-    with loopback_cluster(tmp_path) as spark:
-        assert slots(spark) == 2
+    spark = cluster
+    assert slots(spark) == 2
 
-        run = spark_run_detailed(QUERIES, sdata, spark=spark)
-        assert not run.fused  # two slots: partial tasks, shuffle by query, 2 combine tasks
-        check_all(run.tables, answers)
-        executors = {h for _, h in run.attempts.values()}
-        assert executors and all(not h.endswith(f":{os.getpid()}") for h in executors)
+    run = spark_run_detailed(QUERIES, sdata, spark=spark)
+    assert not run.fused  # two slots: partial tasks, shuffle by query, 2 combine tasks
+    check_all(run.tables, answers)
+    executors = {h for _, h in run.attempts.values()}
+    assert executors and all(not h.endswith(f":{os.getpid()}") for h in executors)
 
-        run = spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
-        check_all(run.tables, answers, ["q3", "q10"])
-        assert run.attempts[("q10", 2)][0] == 1 and run.attempts[("q10", 0)][0] == 0
+    run = spark_run_detailed(["q3", "q10"], sdata, spark=spark, inject_failure="q10:2")
+    check_all(run.tables, answers, ["q3", "q10"])
+    assert run.attempts[("q10", 2)][0] == 1 and run.attempts[("q10", 0)][0] == 0
+
+
+def test_region_channels_on_the_standalone_cluster(cluster):
+    """A parallel region's channels as Spark partitions (tests/test_spark_regions.py) on
+    the same cluster: channels run in the executors' processes, 2 at a time; the driver's
+    merger restores the order."""
+    from test_spark_regions import check, sequential_outputs
+
+    from bobox_sched import Scheduler
+
+    with Scheduler(threads_per_node=2, pin=False) as sched:
+        hosts = check(cluster, sched, sequential_outputs(sched), degrees=(2, 3))
+    assert hosts and all(not h.endswith(f":{os.getpid()}") for h in hosts)
+    assert len(hosts) == 2  # both executors ran channels

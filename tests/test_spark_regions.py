@@ -1,12 +1,12 @@
 """A parallel region's channels as Spark partitions (``experiments/spark/regions.py``),
 Spark tier: the ordered output equals the sequential bobox run's -- rows and
-punctuations, in order -- in local mode and on a standalone master with two workers on
-127.0.0.1 (channels then run in other processes), with the channels' outputs reaching
-the driver's merger in random interleavings."""
+punctuations, in order -- in local mode, with the channels' outputs reaching the driver's
+merger in random interleavings. The same check on a standalone master with two workers on
+127.0.0.1 (channels then run in other processes) is in ``test_spark.py``, on the cluster
+that module starts anyway."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -48,9 +48,14 @@ def sched():
         yield s
 
 
+def sequential_outputs(sched) -> dict:
+    """Each plan's output on the bobox scheduler: what every Spark run must equal."""
+    return {k: sched.submit(p).result(120) for k, p in plans().items()}
+
+
 @pytest.fixture(scope="module")
 def wanted(sched):
-    return {k: sched.submit(p).result(120) for k, p in plans().items()}
+    return sequential_outputs(sched)
 
 
 def check(spark, sched, wanted, degrees=(1, 3)):
@@ -80,14 +85,3 @@ def test_override_and_errors(sched, wanted):
     assert res["ordering"] == "strict" and same_output(wanted["round_robin"], res["result"])
     with pytest.raises(BoboxError, match="only up the lattice"):
         spark_region_run(plans()["relaxed"], 2, spark=spark, scheduler=sched, ordering="seqno")
-
-
-def test_standalone_cluster_on_loopback(sched, wanted, tmp_path):
-    """Master + 2 workers (1 core each) on 127.0.0.1: channels run in the executors'
-    processes, 2 at a time; the driver's merger restores the order."""
-    from test_spark import loopback_cluster
-
-    with loopback_cluster(tmp_path) as spark:
-        hosts = check(spark, sched, wanted, degrees=(2, 3))
-        assert hosts and all(not h.endswith(f":{os.getpid()}") for h in hosts)
-        assert len(hosts) == 2  # both executors ran channels
