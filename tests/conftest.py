@@ -59,7 +59,7 @@ def hwloc_trees(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def young_heap():
+def frozen_module_heap():
     """Each module starts with the heap as it is then frozen (``gc.freeze``: out of the
     cyclic collector's sight) and gives it back at its end. A full collection of a test
     worker's heap (numba, pyarrow, hypothesis, pyspark: hundreds of thousands of objects)
