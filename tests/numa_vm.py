@@ -78,6 +78,8 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
     `env`: extra environment variables for the guest (paths must lie outside /tmp, which
     the guest does not share)."""
     distances = DISTANCES_4 if distances is None else distances
+    if os.environ.get("BOBOX_VM_PROFILE"):  # a check to run under cProfile (vm_guest._profiled)
+        env = {**(env or {}), "BOBOX_VM_PROFILE": os.environ["BOBOX_VM_PROFILE"]}
     extra = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items())
     guest = (
         f"cd {REPO} && export NUMBA_CACHE_DIR=/tmp/numba-cache PYTHONPATH={REPO} "
@@ -102,6 +104,8 @@ def run_guest(checks: list[str], nodes: int = 4, distances: dict | None = None,
             results[name] = json.loads(payload)
         elif line.startswith("@@TIME "):
             times.append(" ".join(line.split()[1:3]) + " s")
+        elif line.startswith("@@PROF "):
+            print(line, file=sys.stderr)
     print(f"guest ({nodes} nodes) seconds: " + ", ".join(times), file=sys.stderr)
     missing = [c for c in checks if c not in results]
     if missing:

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 
 CHECKS = {}
@@ -158,8 +159,6 @@ def sched_balance():
             self.total = 0
 
         def on_packet(self, ctx, port, pkt):
-            import time
-
             time.sleep(0.002)
             self.total += int(pkt["x"].sum())
 
@@ -189,8 +188,10 @@ def experiments():
     for name, extra in (("numa-factor", ["--bytes", "4M"]), ("numa-placement", [])):
         # numa-factor's default array (64 MiB, 4 pairs) took most of this check's 323 s
         # under emulation; 4 MiB still measures every node pair on the kernel's pages
+        t0 = time.perf_counter()
         stdout = bobox_cli("experiment", name, "--quick", "--repeat", "1", "--out", out, "--data", data,
                            "--no-progress", "--json", *extra)
+        print(f"@@TIME experiments:{name} {time.perf_counter() - t0:.1f}", flush=True)
         with open(f"{out}/{name}.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         with open(f"{out}/{name}.png", "rb") as f:
@@ -317,6 +318,22 @@ def tpch_mix():
     return {"queries": queries, "workers": workers}
 
 
+def _profiled(fn):
+    """`fn()` under cProfile; its 40 most expensive calls (cumulative) as @@PROF lines."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn)
+    finally:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+        for line in buf.getvalue().splitlines():
+            print(f"@@PROF {line}", flush=True)
+
+
 def _uptime() -> float:
     with open("/proc/uptime") as f:
         return float(f.read().split()[0])
@@ -326,16 +343,15 @@ def main(names):
     # @@TIME lines: where a guest's minutes go (run_guest prints them on stderr: pytest
     # shows them with -s or when a test fails): the kernel's uptime when this script
     # starts (boot and interpreter start), the cache copy, then each check's seconds.
-    import time
-
     print(f"@@TIME start {_uptime():.1f}", flush=True)
     t0 = time.perf_counter()
     _primed_cache()
     print(f"@@TIME primed_cache {time.perf_counter() - t0:.1f}", flush=True)
+    profile = os.environ.get("BOBOX_VM_PROFILE", "")  # a check run under cProfile: @@PROF lines
     for name in names:
         t0 = time.perf_counter()
         try:
-            result = CHECKS[name]()
+            result = _profiled(CHECKS[name]) if name == profile else CHECKS[name]()
         except Exception:  # noqa: BLE001 - reported to the host
             result = {"error": traceback.format_exc()}
         print(f"@@TIME {name} {time.perf_counter() - t0:.1f}", flush=True)
