@@ -21,8 +21,9 @@ def fixture_names():
 
 
 def _scratch_folder(tmp_path_factory, prefix: str, need_bytes: int) -> tuple[Path, bool]:
-    """A fresh folder in the tmpfs /dev/shm when it is writable with `need_bytes` free,
-    else in pytest's tmp_path (and False: pytest cleans that one up)."""
+    """A fresh folder in the tmpfs /dev/shm when it is writable with four times
+    `need_bytes` free (tmpfs is memory: the rest is left to the machine), and True: the
+    caller removes it; else in pytest's tmp_path, and False: pytest cleans that one up."""
     shm = Path("/dev/shm")
     try:
         if os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 4 * need_bytes:

@@ -201,9 +201,6 @@ class SysfsReader:
         self.ids = 0  # CPU/node ids produced by the parsers
 
     # -- raw access ---------------------------------------------------------------
-    def path(self, rel: str) -> Path:
-        return Path(self.name(rel))
-
     def name(self, rel: str) -> str:
         """The file's name as messages print it (and as it is opened)."""
         return f"{self._base}/{rel.lstrip('/')}"
