@@ -88,50 +88,39 @@ def test_spark_run_by_full_path_with_a_minimal_path(tmp_path):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_spark_tasks_run_the_drivers_interpreter():
-    """Inside a Spark task, sys.executable is the driver's (local mode, no PYSPARK_PYTHON)."""
-    code = (
-        "import sys, json\n"
-        "from experiments.spark.session import spark_session\n"
-        "s = spark_session('local[1]')\n"
-        "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('sys').executable).collect()\n"
-        "print(json.dumps({'driver': sys.executable, 'task': got[0]}))\n"
-        "s.stop()\n"
-    )
-    env = newcomer_env()
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env, cwd="/")
-    assert r.returncode == 0, r.stderr[-3000:]
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
-    assert seen["task"] == seen["driver"] == sys.executable
-
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["env", "conf"])
-def test_spark_workers_run_the_users_interpreter_when_set(tmp_path, how):
-    """A user's choice (PYSPARK_PYTHON, or spark.pyspark.python in conf) wins over the
-    driver's interpreter: here a wrapper that marks its environment, then runs ours."""
+def test_spark_workers_run_the_drivers_interpreter_unless_the_user_chose_one(tmp_path):
+    """Inside a Spark task, sys.executable is the driver's (local mode, no PYSPARK_PYTHON);
+    a user's choice (spark.pyspark.python in conf, or PYSPARK_PYTHON) wins: here a wrapper
+    that marks its environment, then runs ours. One process makes the four sessions in
+    turn (one JVM, as a user's program would), so a choice must not outlive its session:
+    the third session, with none, is back on the driver's interpreter."""
     wrapper = tmp_path / "my-python"
     wrapper.write_text(f"#!/bin/sh\nBOBOX_WRAPPED=yes exec {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
-    conf = "{'spark.pyspark.python': %r}" % str(wrapper) if how == "conf" else "None"
     code = (
-        "import json\n"
+        "import json, os, sys\n"
         "from experiments.spark.session import spark_session\n"
-        f"s = spark_session('local[1]', conf={conf})\n"
-        "got = s.sparkContext.parallelize([0], 1).map(lambda _: __import__('os').environ.get('BOBOX_WRAPPED')).collect()\n"
-        "print(json.dumps({'wrapped': got[0]}))\n"
-        "s.stop()\n"
+        "def seen(conf=None):\n"
+        "    s = spark_session('local[1]', conf=conf)\n"
+        "    f = lambda _: (__import__('sys').executable, __import__('os').environ.get('BOBOX_WRAPPED'))\n"
+        "    return s.sparkContext.parallelize([0], 1).map(f).collect()[0]\n"
+        f"w = {str(wrapper)!r}\n"
+        "got = {'driver': sys.executable, 'none': seen(), 'conf': seen({'spark.pyspark.python': w}),\n"
+        "       'none again': seen()}\n"
+        "os.environ['PYSPARK_PYTHON'] = w\n"
+        "got['env'] = seen()\n"
+        "print(json.dumps(got))\n"
     )
     env = newcomer_env()
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-    if how == "env":
-        env["PYSPARK_PYTHON"] = str(wrapper)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env, cwd="/")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"wrapped": "yes"}
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = [sys.executable, None]
+    assert got["driver"] == sys.executable
+    assert got["none"] == ours and got["none again"] == ours
+    assert got["conf"][1] == "yes" and got["env"][1] == "yes"
+
 
 # -- what a fresh machine is given: packaging and documentation ------------------------
 

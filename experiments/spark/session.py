@@ -75,6 +75,11 @@ def parse_master(master: str, max_failures: int = DEFAULT_MAX_FAILURES) -> tuple
     )
 
 
+# The value spark_session last wrote to PYSPARK_PYTHON when it was not the user's (one
+# slot; read and written by spark_session only, which runs on the driver's main thread).
+_exported_python: list[str | None] = [None]
+
+
 def spark_session(master: str = DEFAULT_MASTER, app: str = "bobox", conf: dict | None = None,
                   executor_cores: int | None = None, max_failures: int = DEFAULT_MAX_FAILURES):
     """A SparkSession for the pipeline, reused while the arguments are the same.
@@ -135,12 +140,20 @@ def spark_session(master: str = DEFAULT_MASTER, app: str = "bobox", conf: dict |
     elif executor_cores is not None:
         settings["spark.executor.cores"] = str(executor_cores)
         settings["spark.task.cpus"] = str(executor_cores)
-    user_python = os.environ.get("PYSPARK_PYTHON") or (conf or {}).get("spark.pyspark.python")
+    env_python = os.environ.get("PYSPARK_PYTHON")
+    if env_python is not None and env_python == _exported_python[0]:
+        env_python = None  # our own export for an earlier session, not the user's choice
+    user_python = env_python or (conf or {}).get("spark.pyspark.python")
     if user_python:
         settings["spark.pyspark.python"] = str(user_python)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     # SparkContext reads the workers' interpreter from this variable, not from the conf.
-    os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    # What we put there is remembered, so that a later session of this process without a
+    # choice of interpreter does not take it for the user's.
+    python = settings["spark.pyspark.python"]
+    if python != env_python:
+        os.environ["PYSPARK_PYTHON"] = python
+        _exported_python[0] = python
     key = json.dumps(sorted(settings.items()))
 
     active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
