@@ -270,6 +270,183 @@ class HybridMachine:
 
 
 # ---------------------------------------------------------------------------------------
+# SHARED-QUEUE (Figure 5, made safe with a dequeue lock) inside an ordered stage
+
+(Q_IDLE, Q_TAKE, Q_DQ, Q_POP, Q_BLK, Q_UNL, Q_WAKE, Q_RUN, Q_REL, Q_UADD, Q_URECHECK,
+ Q_DONE) = range(12)
+
+
+class SharedQueueMachine:
+    """A partitioned stage S under SHARED-QUEUE between its producer U (the upstream
+    stage's drain) and its receiver D (a bounded worklist), with the dequeue credits of
+    the window (spec A4) and the wake-ups between them: the lock steps of
+    ``bobox_sched.policies.ordered.hybrid.SharedQueue.consume`` one by one, the rest one
+    step each.
+
+    Units 0..n-1 go to buckets ``inputs[u]`` (one slice of a packet each). Workers are
+    program counters; an idle worker may run any task the policy could hand it: S's
+    consume (when schedulable: a unit queued and a credit free), U's drain (pushed when S's
+    consumer took a unit while U waited for room), S's drain (pushed when D's consumer took
+    an item while S waited), or D's consumer. A worker blocks only where the real one
+    does: on the dequeue lock and on a bucket lock (a disabled step). So "stuck" (no worker
+    can move, work left) is a deadlock, and "no progress" a livelock.
+
+    One step each, as checked elsewhere: the reorder buffer's send and exit section
+    (``ReorderMachine``), and a Port's register-then-look (the producer's registration
+    and re-check are two steps here). Not modelled: the sleep/wake-up of idle workers (an
+    enabled task is eventually run by some worker).
+
+    S's consume, line by line (``SharedQueue.consume`` and ``Stage._run``): take a credit
+    (none: return), acquire the dequeue lock, pop the head (none: give the credit back,
+    release, return), acquire the unit's bucket lock, release the dequeue lock, wake U if
+    it waits (``_wake_up``), run the unit and send its output (the drain moves every
+    consecutive output the receiver takes: one item each, a credit back each; a full
+    receiver makes S its waiter), release the bucket lock, then take the next unit or
+    return (the quota: both are explored).
+
+    Mutations: ``lock_after_dq`` (the bucket lock taken after the dequeue lock is released:
+    Figure 5's race, two units of one bucket out of order), ``keep_credit`` (an empty pop
+    keeps its credit)."""
+
+    def __init__(self, workers: int, inputs, capacity: int = 1, qcap: int = 1, dcap: int = 1, mutation=None):
+        self.W = workers
+        self.inputs = tuple(inputs)
+        self.n = len(self.inputs)
+        self.p = max(self.inputs) + 1 if self.inputs else 1
+        self.capacity = capacity
+        self.qcap = qcap
+        self.dcap = dcap
+        self.mut = mutation
+
+    # shared: (queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed)
+    # queue: unit ids waiting in S; uwait/dwait: U waits for room in S / S for room in D;
+    # udrain/sdrain: U's / S's drain pushed on the policy's drain queue; dq and locks: the
+    # holder's worker id or -1; nxt: the next unit the reorder buffer sends; buf: units
+    # whose output waits in the window; d: items in D; ran: per bucket, units in run order.
+    def initial(self):
+        shared = ((), 0, False, True, -1, (-1,) * self.p, self.capacity, 0, frozenset(), 0, False, False,
+                  ((),) * self.p, 0)
+        return shared, ((Q_IDLE, -1),) * self.W
+
+    def steps(self, state):
+        shared, ws = state
+        out = []
+        for k, w in enumerate(ws):
+            for sh2, w2 in self.step(shared, k, w):
+                out.append((sh2, ws[:k] + (w2,) + ws[k + 1:]))
+        return out
+
+    def _drain(self, sh):
+        """S's exit section: send consecutive outputs while D takes them (a credit back
+        per unit sent); a full D makes S its waiter, then looks again (A5)."""
+        queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = sh
+        while nxt in buf:
+            if d >= self.dcap:
+                dwait = True
+                if d >= self.dcap:
+                    break
+            d += 1
+            buf = buf - {nxt}
+            nxt += 1
+            credits += 1
+        return (queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed)
+
+    def step(self, sh, k, w):
+        """[(shared, worker)] after each step worker `k` may take now (several when an
+        idle worker may pick among tasks)."""
+        queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = sh
+        pc, u = w
+
+        def put(**kv):
+            vals = dict(queue=queue, produced=produced, uwait=uwait, udrain=udrain, dq=dq, locks=locks,
+                        credits=credits, nxt=nxt, buf=buf, d=d, dwait=dwait, sdrain=sdrain, ran=ran,
+                        consumed=consumed)
+            vals.update(kv)
+            return tuple(vals[x] for x in ("queue", "produced", "uwait", "udrain", "dq", "locks", "credits", "nxt",
+                                           "buf", "d", "dwait", "sdrain", "ran", "consumed"))
+
+        if pc == Q_DONE:
+            return []
+        if pc == Q_IDLE:
+            out = []
+            if queue and credits > 0:  # Stage.schedulable
+                out.append((sh, (Q_TAKE, -1)))
+            if udrain:
+                out.append((put(udrain=False), (Q_UADD, -1)))
+            if sdrain:
+                out.append((self._drain(put(sdrain=False)), (Q_IDLE, -1)))
+            if d > 0:  # D's consumer takes an item and wakes its waiter (S's drain)
+                out.append((put(d=d - 1, consumed=consumed + 1, dwait=False, sdrain=sdrain or dwait), (Q_IDLE, -1)))
+            if not out and consumed == self.n:
+                out.append((sh, (Q_DONE, -1)))
+            return out
+        if pc == Q_UADD:  # U's drain: add while S has room; full: register, then look again
+            if produced == self.n:
+                return [(sh, (Q_IDLE, -1))]
+            if len(queue) < self.qcap:
+                return [(put(queue=queue + (produced,), produced=produced + 1), (Q_UADD, -1))]
+            return [(put(uwait=True), (Q_URECHECK, -1))]
+        if pc == Q_URECHECK:
+            return [(sh, (Q_UADD if len(queue) < self.qcap else Q_IDLE, -1))]
+        if pc == Q_TAKE:
+            if credits == 0:
+                return [(sh, (Q_IDLE, -1))]
+            return [(put(credits=credits - 1), (Q_DQ, -1))]
+        if pc == Q_DQ:
+            if dq != -1:
+                return []  # blocked on the dequeue lock
+            return [(put(dq=k), (Q_POP, -1))]
+        if pc == Q_POP:
+            if not queue:
+                back = credits if self.mut == "keep_credit" else credits + 1
+                return [(put(credits=back, dq=-1), (Q_IDLE, -1))]
+            u = queue[0]
+            nxt_pc = Q_UNL if self.mut == "lock_after_dq" else Q_BLK
+            return [(put(queue=queue[1:]), (nxt_pc, u))]
+        if pc == Q_BLK:
+            b = self.inputs[u]
+            if locks[b] == k:
+                raise Violation(f"worker {k} waits for bucket {b}, which it holds itself")
+            if locks[b] != -1:
+                return []  # blocked on the bucket lock
+            locks = locks[:b] + (k,) + locks[b + 1:]
+            after = Q_WAKE if self.mut == "lock_after_dq" else Q_UNL
+            return [(put(locks=locks), (after, u))]
+        if pc == Q_UNL:
+            return [(put(dq=-1), ((Q_BLK if self.mut == "lock_after_dq" else Q_WAKE), u))]
+        if pc == Q_WAKE:  # Stage._run: a consumer took a unit, U's drain may go on
+            return [(put(uwait=False, udrain=udrain or uwait), (Q_RUN, u))]
+        if pc == Q_RUN:  # run the unit, send its output (reorder send + exit section)
+            b = self.inputs[u]
+            if u >= nxt + self.capacity:
+                raise Violation(f"unit {u} beyond the window (next {nxt}, capacity {self.capacity}) with credits")
+            ran = ran[:b] + (ran[b] + (u,),) + ran[b + 1:]
+            return [(self._drain(put(ran=ran, buf=buf | {u})), (Q_REL, u))]
+        if pc == Q_REL:
+            b = self.inputs[u]
+            sh2 = put(locks=locks[:b] + (-1,) + locks[b + 1:])
+            return [(sh2, (Q_TAKE, -1)), (sh2, (Q_IDLE, -1))]  # next unit, or the quota is used up
+        raise AssertionError(pc)
+
+    def check_state(self, state):
+        pass
+
+    def is_final(self, state):
+        return all(w[0] == Q_DONE for w in state[1])
+
+    def check_final(self, state):
+        queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = state[0]
+        for b in range(self.p):
+            expect = tuple(u for u, x in enumerate(self.inputs) if x == b)
+            if ran[b] != expect:
+                raise Violation(f"bucket {b} ran {ran[b]}, expected {expect} once each, in order")
+        if nxt != self.n or buf or d:
+            raise Violation(f"outputs left: next {nxt}, window {sorted(buf)}, {d} in the receiver")
+        if credits != self.capacity:
+            raise Violation(f"credits {credits} at the end, expected {self.capacity}")
+
+
+# ---------------------------------------------------------------------------------------
 
 def explore(machine, limit: int = 5_000_000, progress: bool = True) -> dict:
     """Visit every reachable state; raise Violation at the first broken property.
