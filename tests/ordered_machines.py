@@ -283,7 +283,8 @@ class SharedQueueMachine:
     ``bobox_sched.policies.ordered.hybrid.SharedQueue.consume`` one by one, the rest one
     step each.
 
-    Units 0..n-1 go to buckets ``inputs[u]`` (one slice of a packet each). Workers are
+    Units 0..n-1 go to buckets ``inputs[u]`` (one slice of a packet each; -1: a control
+    unit, a punctuation or the end of stream, run under no bucket lock). Workers are
     program counters; an idle worker may run any task the policy could hand it: S's
     consume (when schedulable: a unit queued and a credit free), U's drain (pushed when S's
     consumer took a unit while U waited for room), S's drain (pushed when D's consumer took
@@ -312,7 +313,7 @@ class SharedQueueMachine:
         self.W = workers
         self.inputs = tuple(inputs)
         self.n = len(self.inputs)
-        self.p = max(self.inputs) + 1 if self.inputs else 1
+        self.p = max(max(self.inputs) + 1, 1) if self.inputs else 1
         self.capacity = capacity
         self.qcap = qcap
         self.dcap = dcap
@@ -401,7 +402,7 @@ class SharedQueueMachine:
                 back = credits if self.mut == "keep_credit" else credits + 1
                 return [(put(credits=back, dq=-1), (Q_IDLE, -1))]
             u = queue[0]
-            nxt_pc = Q_UNL if self.mut == "lock_after_dq" else Q_BLK
+            nxt_pc = Q_UNL if self.mut == "lock_after_dq" or self.inputs[u] < 0 else Q_BLK
             return [(put(queue=queue[1:]), (nxt_pc, u))]
         if pc == Q_BLK:
             b = self.inputs[u]
@@ -413,18 +414,20 @@ class SharedQueueMachine:
             after = Q_WAKE if self.mut == "lock_after_dq" else Q_UNL
             return [(put(locks=locks), (after, u))]
         if pc == Q_UNL:
-            return [(put(dq=-1), ((Q_BLK if self.mut == "lock_after_dq" else Q_WAKE), u))]
+            blk = self.mut == "lock_after_dq" and self.inputs[u] >= 0
+            return [(put(dq=-1), ((Q_BLK if blk else Q_WAKE), u))]
         if pc == Q_WAKE:  # Stage._run: a consumer took a unit, U's drain may go on
             return [(put(uwait=False, udrain=udrain or uwait), (Q_RUN, u))]
         if pc == Q_RUN:  # run the unit, send its output (reorder send + exit section)
             b = self.inputs[u]
             if u >= nxt + self.capacity:
                 raise Violation(f"unit {u} beyond the window (next {nxt}, capacity {self.capacity}) with credits")
-            ran = ran[:b] + (ran[b] + (u,),) + ran[b + 1:]
+            if b >= 0:
+                ran = ran[:b] + (ran[b] + (u,),) + ran[b + 1:]
             return [(self._drain(put(ran=ran, buf=buf | {u})), (Q_REL, u))]
         if pc == Q_REL:
             b = self.inputs[u]
-            sh2 = put(locks=locks[:b] + (-1,) + locks[b + 1:])
+            sh2 = put(locks=locks[:b] + (-1,) + locks[b + 1:]) if b >= 0 else sh
             return [(sh2, (Q_TAKE, -1)), (sh2, (Q_IDLE, -1))]  # next unit, or the quota is used up
         raise AssertionError(pc)
 

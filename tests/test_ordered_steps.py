@@ -103,6 +103,8 @@ def test_hybrid_sub_gt0_breaks_h1_when_the_queue_is_not_empty():
     (2, (0, 1, 0, 1), 2, 2, 1),  # two units in flight: a worker waits for the other's bucket
     (3, (0, 0, 0, 1), 2, 1, 1),
     (3, (0, 1, 0, 1), 2, 2, 2),
+    (2, (0, -1, 0, -1), 1, 1, 1),  # control units (a punctuation, the end of stream): no bucket lock
+    (3, (0, -1, 0, 1, -1), 2, 2, 1),
 ])
 def test_shared_queue_every_interleaving(workers, inputs, capacity, qcap, dcap):
     r = explore(SharedQueueMachine(workers, inputs, capacity, qcap, dcap))
