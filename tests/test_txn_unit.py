@@ -479,6 +479,76 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
     assert calls["fast"] > 0  # the entry points were used, not only the dispatcher
 
 
+ENTRY_CONFIGS = [("tstream", "shared-nothing", 3), ("tstream", "shared-everything", 2), ("tstream", "shared-per-socket", 4),
+                 ("lock", "shared-nothing", 3), ("mvlk", "shared-nothing", 2), ("pat", "shared-nothing", 2),
+                 ("tstream", "shared-nothing", 2), ("tstream-plain", "shared-nothing", 2), ("lock-plain", "shared-nothing", 2)]
+
+
+def test_groups_sharing_an_entry_cache_pass_its_first_types_across_configurations(monkeypatch):
+    """Groups of one kind share an EntryCache for the process (funs.shared_entry_cache,
+    keyed in coordinator.Group): every call through a shared cache, from any group of any
+    configuration run in this process, must pass the types of that cache's first call.
+    The configurations run one after another here, into the same caches, each result
+    against the serial oracle; "-plain" runs a store without constraints. The type check
+    guards the key against mixing types; these stores' views all have one numba type, so
+    here a coarser key shows in the count of caches (a key that leaves out the scheme and
+    modes fails it: 1 cache)."""
+    from numba import typeof
+    from numba.core.dispatcher import Dispatcher
+
+    from bobox_sched.txn import funs
+
+    monkeypatch.setattr(funs, "_SHARED", {})
+    first: dict = {}
+    orig = funs.EntryCache.call
+
+    def checked(self, d, *args):
+        if isinstance(d, Dispatcher):
+            sig = tuple(typeof(a) for a in args)
+            name = d.py_func.__name__
+            assert first.setdefault((id(self), name), sig) == sig, f"{name}: other types through one cache"
+        return orig(self, d, *args)
+
+    monkeypatch.setattr(funs.EntryCache, "call", checked)
+    for kind, mode, executors in ENTRY_CONFIGS:
+        cc, constrained = kind.split("-")[0], not kind.endswith("-plain")
+        store = make_store(60, constrained=constrained, seed=3)
+        ev = make_events(300, 60, 0.8, seed=5)
+        ps = pat_seq(make_store(60, constrained=True, seed=3), ev, executors) if cc == "pat" else None
+        cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, pat_seq=ps)
+        dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
+        want_dense, want_out = run_oracle(make_store(60, constrained=constrained, seed=3), ev)
+        assert np.array_equal(dense, want_dense), (cc, mode)
+        assert same(out, want_out) is None, (cc, mode)
+    assert len(funs._SHARED) >= 4  # one cache per kind of group: schemes and modes apart
+
+
+def test_a_later_request_calls_every_kernel_past_the_dispatcher(monkeypatch):
+    """The second request of a kind finds its kernels' entry points in the shared cache:
+    none of its calls goes through numba's dispatcher (the first call of each kernel in a
+    request cost about 1 ms before the caches were shared)."""
+    from bobox_sched.txn import funs
+
+    monkeypatch.setattr(funs, "_SHARED", {})
+    misses: list = []
+    orig = funs.EntryCache.call
+
+    def counted(self, d, *args):
+        misses.append(d not in self._ep)
+        return orig(self, d, *args)
+
+    monkeypatch.setattr(funs.EntryCache, "call", counted)
+    ev = make_events(300, 60, 0.8, seed=5)
+    for run in range(2):
+        misses.clear()
+        store = make_store(60, constrained=True, seed=3)
+        run_scheduled(store, ev, TxnConfig(store, 2, interval=40), threads=2)
+        assert misses, "no kernel call went through the cache"
+        if run == 0:
+            assert any(misses)
+    assert not any(misses), f"{sum(misses)} of {len(misses)} calls of the second request missed the cache"
+
+
 def test_entry_cache_keeps_a_timing_wrapper_around_the_entry_point():
     """With the kernels wrapped for the serial fraction (operators.released), the cache
     keeps the timing: it wraps the compiled entry point the same way (so the timed calls

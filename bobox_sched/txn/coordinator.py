@@ -101,7 +101,7 @@ from bobox_sched.core.task import Task, claim, schedule
 from bobox_sched.core.worker import current_worker
 from bobox_sched.txn.chains import new_batch
 from bobox_sched.txn.kernels.fields import NF
-from bobox_sched.txn.funs import EntryCache, kernel_for, kernels
+from bobox_sched.txn.funs import EntryCache, kernel_for, kernels, shared_entry_cache, value_type_key
 from bobox_sched.txn.placement import make_placement, place_store
 
 COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
@@ -234,8 +234,17 @@ class Group:
         self.results = None
         # The kernels that take the batch arrays or the store view (build_pool, process_pool,
         # finish_batch, min_violation, abort_restore; the instances' run_baseline), whose types
-        # never change in a group: called past numba's dispatcher (funs.EntryCache)
-        self.kcall = EntryCache().call
+        # never change in a group: called past numba's dispatcher (funs.EntryCache). Groups
+        # of one kind share the cache (funs.shared_entry_cache: the first call of each kernel
+        # cost about 1 ms a request): the same scheme and modes and a store view of the same
+        # types give every call site the same argument types (tests/test_txn_unit.py checks
+        # it across configurations in one process). A timing wrapper gets its own cache.
+        if cfg.kernel_wrap is None:
+            key = (cfg.cc, cfg.dual_mode, cfg.numa_mode, cfg.work_stealing, self.store.has_constraints,
+                   value_type_key(self.S))
+            self.kcall = shared_entry_cache(key).call
+        else:
+            self.kcall = EntryCache().call
         # state-access tasks: per pool, per stealer, two parities (round r uses r & 1)
         self.tasks = []
         for p, targets in enumerate(self.placement.tasks):

@@ -41,6 +41,8 @@ import textwrap
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from bobox_sched.txn import kernels as fragments
 
 _LOCK = threading.Lock()
@@ -342,6 +344,41 @@ class EntryCache:
         r = d(*args)
         self._ep[d] = entry_point(d, args)
         return r
+
+
+# A group's first call of each kernel paid the dispatcher and ``entry_point``'s typing of
+# its named tuples: build_pool 1.0-1.3 ms, process_pool 0.9-1.0, finish_batch 0.28 on the
+# first batch of every request against 0.35-0.5 / 0.2-0.25 / 0.09 on the next (GS,
+# interval 500, 2 workers, warm process; measurements/2026-11-28-stream-shapes-baseline/,
+# first_batch_trace.py): a request's first batch took 3.5-4.5 ms against 1.1-1.5, and with
+# `bobox experiment tstream --quick`'s 20 batches a run that first batch *was* its p99.
+# So groups whose call sites pass the same types share one cache for the process.
+_SHARED: dict = {}
+
+
+def value_type_key(x):
+    """A key that differs whenever numba would type `x` differently, cheap to compute
+    (numba's ``typeof`` of a store view takes about 1 ms): arrays by dtype, dimensions,
+    layout, writability and alignment; tuples (named ones by class) element-wise; anything
+    else by its class."""
+    if isinstance(x, np.ndarray):
+        f = x.flags
+        layout = "C" if f.c_contiguous else "F" if f.f_contiguous else "A"
+        return (x.dtype.str, x.ndim, layout, f.writeable, f.aligned)
+    if isinstance(x, tuple):
+        return (type(x), tuple(value_type_key(v) for v in x))
+    return type(x)
+
+
+def shared_entry_cache(key) -> "EntryCache":
+    """The process's EntryCache for call sites whose argument types `key` decides (the
+    caller's promise, as EntryCache's contract asks). Any thread may call: a dict read
+    and ``setdefault`` are atomic under the GIL (internally locked in a free-threaded
+    build); two threads that race make two caches and keep the one stored first."""
+    c = _SHARED.get(key)
+    if c is None:
+        c = _SHARED.setdefault(key, EntryCache())
+    return c
 
 
 def kernels():
