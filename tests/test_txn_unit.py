@@ -437,6 +437,19 @@ def test_two_d_keys_checks():
     assert eb.slots["one"] == (6, 1) and txn._seq == 5
 
 
+def _equal_to_the_oracle(cc: str, mode: str, executors: int, events: int, constrained: bool = True) -> None:
+    """A scheduled run of a random workload (60 keys) under `cc` and `mode` equals the
+    serial oracle's: final records and every output."""
+    store = make_store(60, constrained=constrained, seed=3)
+    ev = make_events(events, 60, 0.8, seed=5)
+    ps = pat_seq(make_store(60, constrained=True, seed=3), ev, executors) if cc == "pat" else None
+    cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, pat_seq=ps)
+    dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
+    want_dense, want_out = run_oracle(make_store(60, constrained=constrained, seed=3), ev)
+    assert np.array_equal(dense, want_dense), (cc, mode)
+    assert same(out, want_out) is None, (cc, mode)
+
+
 @pytest.mark.parametrize("cc,mode,executors,release", [
     ("tstream", "shared-nothing", 3, False), ("tstream", "shared-nothing", 3, True),
     ("tstream", "shared-everything", 2, False), ("tstream", "shared-per-socket", 4, False),
@@ -468,14 +481,7 @@ def test_entry_cache_call_sites_keep_their_argument_types(monkeypatch, cc, mode,
     if release:
         monkeypatch.setattr(funs, "HOLD_BELOW", {k: 0 for k in funs.HOLD_BELOW})
         monkeypatch.setattr(funs, "HOLD_BELOW_FEW", {k: 0 for k in funs.HOLD_BELOW_FEW})
-    store = make_store(60, constrained=True, seed=3)
-    ev = make_events(600, 60, 0.8, seed=5)
-    ps = pat_seq(make_store(60, constrained=True, seed=3), ev, executors) if cc == "pat" else None
-    cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, pat_seq=ps)
-    dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
-    want_dense, want_out = run_oracle(make_store(60, constrained=True, seed=3), ev)
-    assert np.array_equal(dense, want_dense)
-    assert same(out, want_out) is None
+    _equal_to_the_oracle(cc, mode, executors, 600)
     assert calls["fast"] > 0  # the entry points were used, not only the dispatcher
 
 
@@ -511,15 +517,7 @@ def test_groups_sharing_an_entry_cache_pass_its_first_types_across_configuration
 
     monkeypatch.setattr(funs.EntryCache, "call", checked)
     for kind, mode, executors in ENTRY_CONFIGS:
-        cc, constrained = kind.split("-")[0], not kind.endswith("-plain")
-        store = make_store(60, constrained=constrained, seed=3)
-        ev = make_events(300, 60, 0.8, seed=5)
-        ps = pat_seq(make_store(60, constrained=True, seed=3), ev, executors) if cc == "pat" else None
-        cfg = TxnConfig(store, executors, interval=40, cc=cc, numa_mode=mode, pat_seq=ps)
-        dense, out, _, _ = run_scheduled(store, ev, cfg, threads=2)
-        want_dense, want_out = run_oracle(make_store(60, constrained=constrained, seed=3), ev)
-        assert np.array_equal(dense, want_dense), (cc, mode)
-        assert same(out, want_out) is None, (cc, mode)
+        _equal_to_the_oracle(kind.split("-")[0], mode, executors, 300, constrained=not kind.endswith("-plain"))
     assert len(funs._SHARED) >= 4  # one cache per kind of group: schemes and modes apart
 
 
