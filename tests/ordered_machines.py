@@ -12,6 +12,8 @@ catch.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 EMPTY = None
 
 
@@ -275,6 +277,12 @@ class HybridMachine:
 (Q_IDLE, Q_TAKE, Q_DQ, Q_POP, Q_BLK, Q_UNL, Q_WAKE, Q_RUN, Q_REL, Q_UADD, Q_URECHECK,
  Q_DONE) = range(12)
 
+# The shared state. queue: unit ids waiting in S; uwait/dwait: U waits for room in S / S
+# for room in D; udrain/sdrain: U's / S's drain pushed on the policy's drain queue; dq and
+# locks: the holder's worker id or -1; nxt: the next unit the reorder buffer sends; buf:
+# units whose output waits in the window; d: items in D; ran: per bucket, units in run order.
+QShared = namedtuple("QShared", "queue produced uwait udrain dq locks credits nxt buf d dwait sdrain ran consumed")
+
 
 class SharedQueueMachine:
     """A partitioned stage S under SHARED-QUEUE between its producer U (the upstream
@@ -319,14 +327,9 @@ class SharedQueueMachine:
         self.dcap = dcap
         self.mut = mutation
 
-    # shared: (queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed)
-    # queue: unit ids waiting in S; uwait/dwait: U waits for room in S / S for room in D;
-    # udrain/sdrain: U's / S's drain pushed on the policy's drain queue; dq and locks: the
-    # holder's worker id or -1; nxt: the next unit the reorder buffer sends; buf: units
-    # whose output waits in the window; d: items in D; ran: per bucket, units in run order.
     def initial(self):
-        shared = ((), 0, False, True, -1, (-1,) * self.p, self.capacity, 0, frozenset(), 0, False, False,
-                  ((),) * self.p, 0)
+        shared = QShared((), 0, False, True, -1, (-1,) * self.p, self.capacity, 0, frozenset(), 0, False, False,
+                         ((),) * self.p, 0)
         return shared, ((Q_IDLE, -1),) * self.W
 
     def steps(self, state):
@@ -340,7 +343,7 @@ class SharedQueueMachine:
     def _drain(self, sh):
         """S's exit section: send consecutive outputs while D takes them (a credit back
         per unit sent); a full D makes S its waiter, then looks again (A5)."""
-        queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = sh
+        nxt, buf, d, dwait, credits = sh.nxt, sh.buf, sh.d, sh.dwait, sh.credits
         while nxt in buf:
             if d >= self.dcap:
                 dwait = True
@@ -350,21 +353,14 @@ class SharedQueueMachine:
             buf = buf - {nxt}
             nxt += 1
             credits += 1
-        return (queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed)
+        return sh._replace(nxt=nxt, buf=buf, d=d, dwait=dwait, credits=credits)
 
     def step(self, sh, k, w):
         """[(shared, worker)] after each step worker `k` may take now (several when an
         idle worker may pick among tasks)."""
         queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = sh
         pc, u = w
-
-        def put(**kv):
-            vals = dict(queue=queue, produced=produced, uwait=uwait, udrain=udrain, dq=dq, locks=locks,
-                        credits=credits, nxt=nxt, buf=buf, d=d, dwait=dwait, sdrain=sdrain, ran=ran,
-                        consumed=consumed)
-            vals.update(kv)
-            return tuple(vals[x] for x in ("queue", "produced", "uwait", "udrain", "dq", "locks", "credits", "nxt",
-                                           "buf", "d", "dwait", "sdrain", "ran", "consumed"))
+        put = sh._replace
 
         if pc == Q_DONE:
             return []
@@ -438,7 +434,7 @@ class SharedQueueMachine:
         return all(w[0] == Q_DONE for w in state[1])
 
     def check_final(self, state):
-        queue, produced, uwait, udrain, dq, locks, credits, nxt, buf, d, dwait, sdrain, ran, consumed = state[0]
+        ran, nxt, buf, d, credits = state[0].ran, state[0].nxt, state[0].buf, state[0].d, state[0].credits
         for b in range(self.p):
             expect = tuple(u for u, x in enumerate(self.inputs) if x == b)
             if ran[b] != expect:

@@ -121,7 +121,7 @@ def test_shared_queue_waits_for_a_bucket_while_holding_the_dequeue_lock():
         def check_state(self, state):
             sh, ws = state
             for k, (pc, u) in enumerate(ws):
-                if pc == Q_BLK and sh[4] == k and sh[5][self.inputs[u]] not in (-1, k):  # holds dq
+                if pc == Q_BLK and sh.dq == k and sh.locks[self.inputs[u]] not in (-1, k):
                     seen.append(state)
 
     explore(Watch(m.W, m.inputs, m.capacity, m.qcap, m.dcap))
