@@ -127,6 +127,50 @@ class Context:
                 return pkt
         return _task.take_input(self.worker, t, j)
 
+    def recv_many(self, port: str, limit: int | None = None) -> list:
+        """Take what ``recv`` would return, repeatedly, in one call: the items of input
+        `port` up to `limit` (None: every item queued now), oldest first, stopping when
+        the input has nothing more to give. A list, empty when there is nothing: packets,
+        the last of which may be a punctuation on an input declared
+        ``punct_in="expecting"``. A punctuation behind the packets taken stays queued:
+        on an oblivious input the next call forwards it, after what the operator sent
+        for those packets (packet-at-a-time order, module doc). For an operator that
+        handles a batch at once (one kernel call for many packets, ``ctx.send_many``)."""
+        t = self.task
+        try:
+            j = t.inidx[port]
+        except KeyError:
+            raise _no_port(t, "input", port) from None
+        q = t.inq[j]
+        worker = self.worker
+        n = len(q) if limit is None else min(limit, len(q))
+        out: list = []
+        if n <= 0:
+            return out
+        fast = worker.locality_sampler is None
+        append = out.append
+        popleft = q.popleft
+        take = _task.take_input
+        while len(out) < n and q:
+            head = q[0]
+            if head.__class__ is Packet or isinstance(head, Packet):
+                if fast:
+                    append(popleft())  # recv's fast path: the only consumer pops its head
+                    continue
+            elif out:
+                break  # a punctuation: the operator first sends what the packets before it give
+            item = take(worker, t, j)  # punctuations, locality sampling (wakes waiters itself)
+            if item is None:
+                break
+            append(item)
+            if item.__class__ is not Packet and not isinstance(item, Packet):
+                break  # an expecting input's punctuation ends the list
+        if out:
+            t.idle = 0
+            if q.waiters:
+                _task._wake_waiters(worker, q)
+        return out
+
     def has_input(self, port: str) -> bool:
         t = self.task
         try:
@@ -179,6 +223,16 @@ class Context:
             return True
         ob.append((i, packet))
         return False
+
+    def send_many(self, port: str, packets) -> bool:
+        """``send`` each packet of the sequence `packets` on output `port`, in order.
+        True if the receiver took all of them now; False if some wait in this operator's
+        outbox (as ``send``'s False: stop producing and return). A policy whose ports
+        carry batches (``streams`` with ``batch``) hands the list on in one step."""
+        ok = True
+        for p in packets:
+            ok = self.send(port, p)
+        return ok
 
     def send_derived(self, port: str, packet, parent_pkt, parent) -> bool:
         """Send `packet`, whose i-th row was derived from row ``parent[i]`` of the input
