@@ -191,6 +191,9 @@ class Collect(StreamOperator):
 
 
 def streams(**kw):
+    """A ``streams`` scheduler, unpinned. Tests that count the paper's per-tuple steps
+    (one execution per tuple, a queue of n tuples, reSchedule's limit in tuples) ask for
+    ``batch=1``, the one-tuple hand-off; the others run with the default batches."""
     kw.setdefault("policy", "streams")
     kw.setdefault("pin", False)
     return Scheduler(**kw)
@@ -228,14 +231,15 @@ SETTINGS = settings(max_examples=40, deadline=None)
 
 @SETTINGS
 @given(random_dags(), st.integers(1, 3), st.integers(1, 5), st.integers(1, 3),
-       st.sampled_from(["dynamic", "dynamic", "manual", "dedicated"]))
-def test_random_dags_exactly_once_in_order_one_thread_per_operator(spec, cap, copies, threads, model):
+       st.sampled_from(["dynamic", "dynamic", "manual", "dedicated"]), st.sampled_from([1, 2, 3, 64]))
+def test_random_dags_exactly_once_in_order_one_thread_per_operator(spec, cap, copies, threads, model, batch):
     """Guarded operators record a second thread entering (one thread per operator: the
     state lock of multi-input operators, the consumer lock of ports); check_result checks
-    every edge's sequence (per-edge FIFO, fan-in included) and exactly once."""
+    every edge's sequence (per-edge FIFO, fan-in included) and exactly once. One tuple per
+    hand-off, or batches (batching.py) that fill, or leave partly full."""
     plan, edges = build_plan(spec)
     Guarded.violations = []
-    kw = dict(model=model, queue_capacity=cap, packet_bytes=4096)
+    kw = dict(model=model, queue_capacity=cap, packet_bytes=4096, batch=batch)
     if model == "dynamic":
         kw["threads"] = threads
     with streams(**kw) as s:
@@ -346,7 +350,7 @@ def test_reschedule_executes_only_the_blocked_port_at_most_limit_plus_one_per_ho
     monkeypatch.setattr(Port, "push", push)
     # One scheduler thread: while it sleeps in `slow`, the source's own thread finds the
     # queue of `a` full and free, and drains it through reSchedule.
-    with streams(threads=1, queue_capacity=cap) as s:
+    with streams(threads=1, queue_capacity=cap, batch=1) as s:
         pol = s.policy
         orig_rs, orig_ex = pol.re_schedule, pol.execute
 
@@ -455,7 +459,7 @@ def test_a_thread_told_to_suspend_inside_a_tuple_finishes_it_runs_one_more_and_p
     plan.add("src", QueueSource, ch)
     plan.add("sink", Tagged, hold)
     plan.chain("src", "sink")
-    with streams(threads=1, queue_capacity=n) as s:
+    with streams(threads=1, queue_capacity=n, batch=1) as s:
         (w,) = s.workers
         h = s.submit(plan)
         sink = h._request.ops["sink"]
@@ -494,7 +498,7 @@ def test_a_thread_told_to_suspend_inside_reschedule_stops_after_that_tuple_and_p
     plan.add("relay", Relay, at_relay)
     plan.add("sink", Tagged, at_sink)
     plan.chain("src", "relay", "sink")
-    with streams(threads=1, queue_capacity=n) as s:
+    with streams(threads=1, queue_capacity=n, batch=1) as s:
         assert s.policy.resched_limit == n // 4
         (w,) = s.workers
         h = s.submit(plan)
@@ -749,7 +753,7 @@ def test_the_gate_plan_starves_with_one_thread_and_cancels_cleanly():
     from bobox_sched.core.errors import RequestCancelled
 
     blocked = threading.Event()
-    with streams(threads=1, queue_capacity=GATE_CAP) as s:
+    with streams(threads=1, queue_capacity=GATE_CAP, batch=1) as s:
         pol = s.policy
         (w,) = s.workers
         h = s.submit(gate_plan(blocked))
@@ -842,7 +846,7 @@ def test_a_recursion_overflow_in_nested_executions_fails_the_request(model, monk
     # threads of the scheduler stay shallow, the source's thread starts from the bottom.
     base = stack_depth() + 200
     kw = {"threads": 1} if model == "dynamic" else {}
-    with streams(model=model, queue_capacity=1, **kw) as s:
+    with streams(model=model, queue_capacity=1, batch=1, **kw) as s:
         w = park_the_scheduler_thread(s) if model == "dynamic" else None
         for extra in range(8):
             old = sys.getrecursionlimit()
@@ -928,7 +932,7 @@ def test_an_error_with_no_room_left_on_the_stack_fails_the_request(model, monkey
     n_ops = 30
     plan, _ = pipeline("deep-error", n_ops + 10, n_ops, sink=Bottom)
     kw = {"threads": 1} if model == "dynamic" else {}
-    with streams(model=model, queue_capacity=1, **kw) as s:
+    with streams(model=model, queue_capacity=1, batch=1, **kw) as s:
         if model == "dynamic":
             park_the_scheduler_thread(s)
 

@@ -86,6 +86,9 @@ MAX_EVENTS = 1_000_000_000
 # 2 per input port with more than 1,000 operators (one slot per port): 128 MiB, or 2.5 GiB
 # at 10,000 operators; and a tuple at 100,000 FLOPs per row is about a second of kernel.
 MAX_TUPLE_ROWS = 16_384
+# Tuples per batched hand-off of policy streams (``batch=``): a batch is a Python list
+# staged by its sender; far beyond the ~64 that amortize a hand-off it only adds latency.
+MAX_STREAM_BATCH = 65_536
 
 
 def real_problem(value, cap: float, minimum: float = 0.0, open_min: bool = True) -> str | None:
@@ -152,6 +155,7 @@ __all__ = [
     "MAX_QUERY_ROWS",
     "MAX_EVENTS",
     "MAX_TUPLE_ROWS",
+    "MAX_STREAM_BATCH",
     "count_problem",
     "real_problem",
     "check_count",

@@ -67,6 +67,7 @@ class _Blocking:
 class ManualPolicy(StreamsBase):
     name = "streams:manual"
     model = "manual"
+    flush_idle = False  # no queues: a batch leaves full, at a punctuation or aged (batching.py)
 
     def create_workers(self) -> list:
         return []
@@ -97,8 +98,8 @@ class DedicatedPolicy(StreamsBase):
     name = "streams:dedicated"
     model = "dedicated"
 
-    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None):
-        super().__init__(scheduler, threads_per_node, pin=pin, queue_capacity=queue_capacity)
+    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None, **batching):
+        super().__init__(scheduler, threads_per_node, pin=pin, queue_capacity=queue_capacity, **batching)
 
     def create_workers(self) -> list:
         return []
@@ -140,6 +141,19 @@ class DedicatedPolicy(StreamsBase):
             q.append(item)
             b.not_empty.notify()
 
+    def push_marker(self, port, marker) -> bool:
+        """Queue `marker` unless the queue is full (never wait on the timer thread)."""
+        if port.task.finished:
+            return False
+        q = port.q
+        b = port.dq
+        with b.lock:
+            if len(q) >= q.capacity:
+                return False
+            q.append(marker)
+            b.not_empty.notify()
+        return True
+
     def _port_main(self, w, port) -> None:
         q = port.q
         b = port.dq
@@ -165,6 +179,7 @@ class DedicatedPolicy(StreamsBase):
                     if m is not None:
                         m.release()
                     cons.release()
+                item = None  # a batch holds packets: not while this thread waits for the next
                 if task.finished:
                     return  # (after its final punctuation a port may still get RERUNs)
         finally:

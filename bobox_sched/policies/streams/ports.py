@@ -50,6 +50,7 @@ import threading
 from collections import deque
 
 from bobox_sched.core.port import EMPTY, Port
+from bobox_sched.policies.streams.batching import FLUSH
 
 # A queue item that runs the port's operator without input (its ctx.reschedule()).
 RERUN = object()
@@ -129,14 +130,18 @@ class PortTable:
     def retire(self, records) -> int:
         """The request ended: its ports leave the table now and the free list lazily
         (dropped by whoever pops them or would push them back). Queued tuples are
-        dropped; returns how many, RERUN markers not counted (0 for a request that
+        dropped; returns how many (a batch's items each), RERUN and FLUSH markers not counted (0 for a request that
         completed: every tuple ran)."""
         dropped = 0
         with self.lock:
             for r in records:
                 r.retired = True
                 self.ports.pop(r.pid, None)
-                dropped += sum(1 for t in list(r.q) if t is not RERUN)
+                for t in list(r.q):
+                    if t.__class__ is list:  # a batch (batching.py): each of its items
+                        dropped += len(t)
+                    elif t is not RERUN and t is not FLUSH:
+                        dropped += 1
                 r.q.clear()
                 r.task = RETIRED_OP  # see _RetiredOperator
         return dropped

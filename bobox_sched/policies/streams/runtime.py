@@ -11,7 +11,8 @@ a packet, a punctuation, or the final punctuation (``EOS``), all in band, in ord
 ``execute(port, tuple)`` puts the tuple where the operator's ``ctx.recv`` finds it (its
 input port ``inq[j]``, a ``core.port.Port`` empty between executions, or its
 ``closed`` flag for EOS) and
-calls ``process(ctx)`` once: the operator API is unchanged (R4), and scheduling happens
+calls ``process(ctx)`` once (a batch, ``batching.py``: all its tuples, then its end of
+stream in an execution of its own): the operator API is unchanged (R4), and scheduling happens
 only when the operator sends (``Policy.deliver``: the operator's ``ctx.send``, ``close``
 and ``punctuate`` end there), so the scheduler is non-preemptive (L162). A send never
 leaves an item in the sender's outbox: it returns once the tuple is queued, executed,
@@ -68,12 +69,15 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 
 from bobox_sched.core.errors import OperatorStalled
 from bobox_sched.core.operator import EOS
+from bobox_sched.core.packet import Packet
 from bobox_sched.core.task import release, unread
 from bobox_sched.policies.base import Policy
+from bobox_sched.policies.streams.batching import DEFAULT_BATCH, DEFAULT_LATENCY_S, FLUSH, aged, new_stage
 from bobox_sched.policies.streams.options import MODELS  # noqa: F401 -- re-exported: the models
 from bobox_sched.policies.streams.ports import RERUN, PortRecord, PortTable
 from bobox_sched.policies.streams.threads import OpThread, ensure_recursion, release_recursion
@@ -113,9 +117,10 @@ class OpRecord:
     Who touches what: ``ports``, ``out`` and ``once`` are written at ``place`` (before
     the request's sources start) and only read afterwards; ``rerun`` by the thread
     executing the operator and the timer thread, ordered by the operator's task token;
-    ``thread`` and ``wake`` by whoever holds the source's token (``push_deferred``)."""
+    ``thread`` and ``wake`` by whoever holds the source's token (``push_deferred``);
+    ``stage``, ``born`` and ``flush_queued`` as ``batching.py`` says."""
 
-    __slots__ = ("ports", "out", "once", "rerun", "thread", "wake")
+    __slots__ = ("ports", "out", "once", "rerun", "thread", "wake", "stage", "born", "flush_queued")
 
     def __init__(self):
         self.ports: list = []
@@ -124,6 +129,12 @@ class OpRecord:
         self.rerun = False
         self.thread = None
         self.wake = None
+        # Batched ports (batching.py): the staged batch per output and when its oldest
+        # tuple was staged; None when the policy hands off one tuple at a time, or the
+        # operator's ports run concurrently. Touched by the thread executing the operator.
+        self.stage = None
+        self.born = None
+        self.flush_queued = False  # a FLUSH marker of this operator is queued (the timer's)
 
 
 class StreamsBase(Policy):
@@ -135,9 +146,19 @@ class StreamsBase(Policy):
     model = "?"
     runtime_tasks = False  # every thread executes the plan's ports or a source (base.Policy)
 
-    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None):
+    # Rule 3 of batching.py (flush when the executed port has nothing more queued): the
+    # models with queues. Manual has none (a send executes the receiver at once), so its
+    # batches leave when full, at a punctuation or when aged.
+    flush_idle = True
+
+    def __init__(self, scheduler, threads_per_node, balance_interval=None, pin=True, queue_capacity=None,
+                 batch=DEFAULT_BATCH, batch_latency_s=DEFAULT_LATENCY_S):
         super().__init__(scheduler, threads_per_node)
         self.pin = pin
+        # Tuples per hand-off (batching.py; 1: the paper's one tuple per queue operation)
+        # and how long a staged tuple may wait for its batch to fill.
+        self.batch = batch
+        self.batch_latency_s = batch_latency_s
         # Queue capacity in tuples (packets). Streams uses 1000 one-tuple slots per port
         # ([OSS] ScheduledQueue::queueSize); a bobox packet holds up to half an L2 cache
         # of rows, so the default is the scheduler's buffer size in packets, as for the
@@ -178,6 +199,8 @@ class StreamsBase(Policy):
             mutex = threading.Lock() if n > 1 and not conc else None
             rec = records[id(task)] = OpRecord()
             rec.ports = [PortRecord(task, rec, j, self.capacity, mutex, conc) for j in range(n)]
+            if self.batch > 1 and task.outputs and not conc:
+                rec.stage, rec.born = new_stage(len(task.outputs))
             if not n:
                 rec.wake = threading.Event()
             ports.extend(rec.ports)
@@ -197,6 +220,12 @@ class StreamsBase(Policy):
                 hold = self._recursion_hold
                 group.when_quiet(lambda: release_recursion(hold))
         self.register(request, ports)
+        if self.batch > 1 and ports:
+            self.push_later_fn(self.batch_latency_s, self._flush_tick, request)
+
+    def push_later_fn(self, delay: float, fn, *args) -> None:
+        """Call ``fn(*args)`` on the scheduler's timer thread in `delay` seconds."""
+        self.scheduler.timers.add(delay, fn, *args)
 
     def register(self, request, ports) -> None:
         """The model's part of registration (dynamic: the free list)."""
@@ -206,13 +235,20 @@ class StreamsBase(Policy):
         if ports is None:
             return
         tasks = {p.task for p in ports} | set(request.sources)
-        request.streams_dropped = self.table.retire(ports)
+        dropped = self.table.retire(ports)
         for port in ports:
             self.port_retired(port)
         for task in tasks:
             rec = self.records.pop(id(task), None)
-            if rec is not None and rec.wake is not None:
+            if rec is None:
+                continue
+            if rec.stage is not None:
+                # Staged tuples never handed off (read without the operator's locks: the
+                # request ended, so at most a sender racing this adds one uncounted).
+                dropped += sum(len(b) for b in list(rec.stage))
+            if rec.wake is not None:
                 rec.wake.set()  # a waiting source sees its request ended
+        request.streams_dropped = dropped
 
     def port_retired(self, port) -> None:
         """The model's part of retirement."""
@@ -246,12 +282,88 @@ class StreamsBase(Policy):
         raise NotImplementedError
 
     def deliver(self, worker, src, i, item) -> bool:
-        """`item` sent on output `i` of `src` goes to the receiving port (the manual and
-        dedicated models; dynamic has its own, with reSchedule). True: delivered or dropped."""
+        """`item` sent on output `i` of `src` goes to the receiving port: staged in the
+        output's batch (batching.py), or handed off at once with ``push_item`` (each
+        model's: dynamic pushes and reSchedules, manual executes the receiver, dedicated
+        queues). True: delivered, staged or dropped."""
         rec = self.records.get(id(src))
-        if rec is not None:  # None: the request ended (request_done dropped the records): drop
-            self.push_item(worker, rec.out[i], item)
+        if rec is None:
+            return True  # the request ended (request_done dropped the records): drop
+        st = rec.stage
+        if st is not None:
+            b = st[i]
+            b.append(item)
+            if len(b) == 1:
+                rec.born[i] = _now()
+            if len(b) < self.batch and (item.__class__ is Packet or (item is not EOS and isinstance(item, Packet))):
+                return True  # rules 1 and 2: not full, and data
+            st[i] = []
+            item = b
+        self.push_item(worker, rec.out[i], item)
         return True
+
+    def deliver_many(self, worker, src, i, items: list) -> None:
+        """``ctx.send_many``: the packets `items` (checked by the context) sent on output
+        `i` of `src`, in order: added to the output's batch (which leaves if full), or
+        handed off one by one when the operator does not batch."""
+        rec = self.records.get(id(src))
+        if rec is None:
+            return
+        st = rec.stage
+        if st is None:
+            port = rec.out[i]
+            push = self.push_item
+            for item in items:
+                push(worker, port, item)
+            return
+        b = st[i]
+        if not b:
+            rec.born[i] = _now()
+        b.extend(items)
+        if len(b) >= self.batch:
+            st[i] = []
+            self.push_item(worker, rec.out[i], b)
+
+    def flush_stage(self, w, rec, everything: bool) -> None:
+        """Hand off the batches of `rec`'s operator that may leave: all of them
+        (`everything`: rule 3, or the operator finished), else the aged ones (rule 4).
+        Called by the thread executing the operator."""
+        st = rec.stage
+        born = rec.born
+        now = 0.0 if everything else _now()
+        bound = self.batch_latency_s
+        out = rec.out
+        for i in range(len(st)):
+            b = st[i]
+            if b and (everything or now - born[i] >= bound):
+                st[i] = []
+                self.push_item(w, out[i], b)
+
+    def push_marker(self, port, marker) -> bool:
+        """Queue `marker` (FLUSH) on `port` from the timer thread without waiting. False:
+        no room, the marker is dropped (the operator is busy with a full queue, and each
+        of its executions checks the age itself). Manual executes it at once."""
+        self.push_item(self._timer_worker, port, marker)
+        return True
+
+    def _flush_tick(self, request) -> None:
+        """The timer's look at the request's staged batches (batching.py, rule 4): a FLUSH
+        marker for every operator with inputs holding a batch older than the bound; then
+        the next tick, while the request lives."""
+        if request.state is not request.ACTIVE:
+            return
+        bound = self.batch_latency_s
+        now = _now()
+        records = self.records
+        for task in request.tasks.values():
+            rec = records.get(id(task))
+            if rec is None or rec.stage is None or not rec.ports or rec.flush_queued or task.finished:
+                continue
+            if aged(rec.stage, rec.born, now, bound):
+                rec.flush_queued = True
+                if not self.push_marker(rec.ports[0], FLUSH):
+                    rec.flush_queued = False
+        self.push_later_fn(bound, self._flush_tick, request)
 
     def next_task(self, worker):
         return None  # only the dynamic model has scheduler threads
@@ -301,6 +413,11 @@ class StreamsBase(Policy):
                 ctx.task = task
                 try:
                     task.op.process(ctx)
+                    if rec.stage is not None:
+                        # Batched outputs (batching.py): everything unless the source runs
+                        # again at once (rule 3), else the aged (rule 4). ctx.task stays the
+                        # source's: what the flush executes on this thread is nested in it.
+                        self.flush_stage(w, rec, task.finishing or not (task.again or task.resched is True))
                 except BaseException as e:  # noqa: BLE001 - the request fails, nothing else
                     ctx.task = None
                     task.finished = True
@@ -344,13 +461,32 @@ class StreamsBase(Policy):
             return  # finished early (a limit) or the request ended: drop
         j = port.index
         conc = port.concurrent
-        if item is EOS:
+        if item.__class__ is list:  # a batch (batching.py)
+            if item[-1] is EOS:
+                # Its tuples, then the end of stream in an execution of its own, as when
+                # they come one by one: an operator that takes one packet per run and
+                # looks for the end only when its input is empty is run once more.
+                if len(item) > 1:
+                    self.execute(w, port, item[:-1])
+                self.execute(w, port, EOS)
+                return
+            task.inq[j].extend(item)
+            w.executed += len(item)
+        elif item is EOS:
             task.inq[j].close()
+            w.executed += 1
         elif item is RERUN:
             j = -1
+            w.executed += 1
+        elif item is FLUSH:  # the timer's: hand off the aged batches, nothing else
+            rec = port.rec
+            rec.flush_queued = False
+            if rec.stage is not None:
+                self.flush_stage(w, rec, self.flush_idle and not port.q)
+            return
         else:
             task.inq[j].append(item)
-        w.executed += 1
+            w.executed += 1
         ctx = w.cctx if conc else w.ctx
         prev_task = ctx.task
         prev_port = ctx.port_index
@@ -361,11 +497,25 @@ class StreamsBase(Policy):
             task.op.process(ctx)
             # An operator may read one packet per run (a hash join's probe side): run it
             # again while it takes something and input is left.
-            al = task.align
-            while not task.finishing and task.idle == 0 and (_unread(task, j, conc) or
-                                                                 (al is not None and al.take_released())):
-                task.idle = 1
-                task.op.process(ctx)
+            if conc:
+                # Ports that run concurrently share ``task.idle`` (another port's thread
+                # resets it): progress here is this port's buffer shrinking.
+                q = task.inq[j] if j >= 0 else None
+                while q and not task.finishing:
+                    n = len(q)
+                    task.op.process(ctx)
+                    if len(q) >= n:
+                        break
+            else:
+                al = task.align
+                while not task.finishing and task.idle == 0 and (unread(task) or
+                                                                     (al is not None and al.take_released())):
+                    task.idle = 1
+                    task.op.process(ctx)
+            if port.rec.stage is not None:
+                # Batched outputs (batching.py): everything when the operator finished or
+                # the port it executed has nothing more queued (rule 3), else the aged.
+                self.flush_stage(w, port.rec, task.finishing or (self.flush_idle and not port.q))
         except BaseException as e:  # noqa: BLE001 - the request fails, the thread carries on
             # Up to the RecursionError test, attribute reads and stores only (module doc,
             # "Failures and the stack"): at the bottom of the stack a call may raise a
@@ -456,6 +606,7 @@ class StreamsBase(Policy):
 
 
 _EXECUTE_CODE = StreamsBase.execute.__code__
+_now = time.perf_counter
 
 
 def _unread(task, j: int, conc: bool) -> bool:

@@ -59,6 +59,7 @@ import threading
 
 from bobox_sched.core.lifecycle import RuntimeThread
 from bobox_sched.core.operator import Context
+from bobox_sched.core.packet import Packet
 from bobox_sched.core.worker import Worker
 
 # Stack of every thread that may execute operators through reSchedule: an execution nests
@@ -162,6 +163,24 @@ class StreamsContext(Context):
         j = self.port_index
         return self.task.inputs[j] if j >= 0 and self.task is not None else None
 
+    def send_many(self, port: str, packets) -> bool:
+        """``Context.send_many`` in one step: the packets join the output's batch at once
+        (``StreamsBase.deliver_many``); a send here never waits in an outbox."""
+        t = self.task
+        try:
+            i = t.openidx[port]
+        except KeyError:
+            return super().send_many(port, packets)  # the errors send raises (closed, unknown)
+        packets = list(packets)
+        if not packets:
+            return True
+        if len(set(map(type, packets))) != 1 or packets[0].__class__ is not Packet:
+            if not all(isinstance(p, Packet) for p in packets):
+                return super().send_many(port, packets)  # raises send's error at the first non-packet
+        t.idle = 0
+        t.req.policy.deliver_many(self.worker, t, i, packets)
+        return True
+
 
 class PortContext(StreamsContext):
     """The context of an operator whose input ports run concurrently (declared
@@ -184,6 +203,12 @@ class PortContext(StreamsContext):
         if task.inidx.get(port, -2) != self.port_index and port in task.inidx:
             return False
         return super().has_input(port)
+
+    def recv_many(self, port: str, limit: int | None = None) -> list:
+        task = self.task
+        if task.inidx.get(port, -2) != self.port_index and port in task.inidx:
+            return []
+        return super().recv_many(port, limit)
 
 
 class StreamsWorker(Worker):
@@ -209,6 +234,7 @@ class StreamsWorker(Worker):
         self.suspensions = 0
         self.reschedules = 0  # reSchedule lock holds that executed tuples
         self.item = None  # the tuple findWorkBlocking popped, for run_task
+        self.hint = None  # the port this thread last pushed a batch into (dynamic.follow_pushed)
 
     def start(self) -> None:
         start_deep(self.thread, self.stack_bytes)
