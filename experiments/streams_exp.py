@@ -62,6 +62,7 @@ from bobox_sched import Scheduler
 from bobox_sched.core.errors import RequestCancelled
 
 from experiments.framework import Ctx, Recorder, collect_before_run, md_table, panel_grid, panel_rows, save_figure, write_section
+from bobox_sched.policies.streams.batching import DEFAULT_BATCH, DEFAULT_LATENCY_S
 from experiments.handoff import describe, wake_us
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
                           check_rows, n_workers)
@@ -85,11 +86,15 @@ def input_ports(shape: str, n_ops: int) -> int:
     return {"pipeline": n + 1, "dp": 1 + 2 * n, "mixed": 1 + n + MIXED_WIDTH}[shape]
 
 
-def queue_for(shape: str, n_ops: int) -> int:
-    return max(1, min(QUEUE, GRAPH_SLOTS // input_ports(shape, n_ops)))
+def queue_for(shape: str, n_ops: int, batch: int = 1) -> int:
+    """Queue capacity per input port: in tuples, or with batched ports in batches of
+    `batch` (at least 2, so that a sender fills one while the receiver runs the other)."""
+    tuples = max(1, min(QUEUE, GRAPH_SLOTS // input_ports(shape, n_ops)))
+    return tuples if batch == 1 else max(2, -(-tuples // batch))
 
 
-def settings_for(quick: bool, ncpu: int, n_ops: int | None, rows: int | None = None) -> dict:
+def settings_for(quick: bool, ncpu: int, n_ops: int | None, rows: int | None = None,
+                 batch: int | None = None) -> dict:
     sweep = [t for t in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128) if t <= ncpu]
     if 2 * ncpu not in sweep and (not quick or ncpu <= 4):
         sweep.append(2 * ncpu)  # one oversubscribed point (4 on 2 cores, 32 on 16)
@@ -97,6 +102,7 @@ def settings_for(quick: bool, ncpu: int, n_ops: int | None, rows: int | None = N
     return {
         "ops": n_ops or (100 if quick else 1000),
         "tuple_rows": rows or 1,
+        "batch": batch or DEFAULT_BATCH,
         "sample_s": 1.0 if quick else 5.0,
         "static_s": 4.0 if quick else 30.0,
         "period_s": 1.5 if quick else 10.0,
@@ -120,11 +126,12 @@ def _usage() -> tuple[int, float]:
 
 
 def run_once(shape: str, n_ops: int, flops: int, sched_kw: dict, duration_s: float, sample_s: float,
-             change_at: float | None = None, change_to: int | None = None, rows: int = 1) -> dict:
+             change_at: float | None = None, change_to: int | None = None, rows: int = 1, batch: int = 1) -> dict:
     """One run of one graph under one threading model, with tuples of `rows` rows (the
-    sink counts rows); see the module doc."""
+    sink counts rows) handed off `batch` at a time (1: one by one); see the module doc."""
     meter, stop, cost = Meter(), threading.Event(), Cost(flops)
-    plan = build(shape, n_ops, cost, meter, stop, rows)
+    plan = build(shape, n_ops, cost, meter, stop, rows, batched=batch > 1)
+    sched_kw = dict(sched_kw, batch=batch)
     cs0, cpu0 = _usage()
     samples = []
     with Scheduler(policy="streams", **sched_kw) as s:
@@ -219,18 +226,20 @@ def chosen_shapes(shapes) -> tuple[str, ...]:
 
 
 def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, shapes=None,
-                rows: int | None = None) -> dict:
+                rows: int | None = None, batch: int | None = None) -> dict:
     """Run the experiment; `overrides` replaces settings (tests shrink the run lengths);
-    `shapes` picks graph shapes (default all), `rows` the rows per tuple (default 1; see
-    the module doc)."""
+    `shapes` picks graph shapes (default all), `rows` the rows per tuple (default 1),
+    `batch` the tuples per hand-off (default ``DEFAULT_BATCH``; see the module doc)."""
     shapes = chosen_shapes(shapes)
     if rows is not None:
         check_rows(rows)
+    if batch is not None and batch < 1:
+        raise ValueError(f"tuples per batch must be at least 1, got {batch}")
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cfg = settings_for(ctx.quick, ncpu, n_ops, rows)
+    cfg = settings_for(ctx.quick, ncpu, n_ops, rows, batch)
     cfg.update(overrides or {})
     COSTS = cfg["costs"]  # noqa: N806 - the module constant, or the overridden cost sets
-    ops, rows = cfg["ops"], cfg["tuple_rows"]
+    ops, rows, batch = cfg["ops"], cfg["tuple_rows"], cfg["batch"]
     rec = Recorder(ctx, "streams")
     burn(1.0, 10)  # compile (cached) before any clock runs
     burn_held(1.0, 10)
@@ -250,15 +259,20 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     series += [(f"dynamic-{t}", {"threads": t}, False) for t in cfg["sweep"]]
     series += [("elastic", dict(el_kw, cpu_limit=0.8), True), ("elastic-nocap", dict(el_kw, cpu_limit=1.0), True)]
     runs = [(shape, c, name, kw, el) for shape in shapes for c in COSTS[shape] for name, kw, el in series]
+    # Batched: the mixed graph once more with the paper's one-tuple hand-off (manual and
+    # dynamic static), side by side with the batched runs.
+    one_series = [(f"{name}:1t", kw) for name, kw, el in series if not el and name != "dedicated"] \
+        if batch > 1 and "mixed" in shapes else []
+    one_runs = [("mixed", c, name, kw) for c in COSTS["mixed"] for name, kw in one_series] if one_series else []
     # The load-change runs use the mixed graph.
     change_forms = (("elastic-nocap", "oss"), ("elastic-nocap-paper", "paper")) if "mixed" in shapes else ()
-    bar = ctx.bar(len(runs) + len(change_forms), "streams")
+    bar = ctx.bar(len(runs) + len(one_runs) + len(change_forms), "streams")
     res: dict = {}
     fifo_ok = True
     for shape, c, name, kw, el in runs:
         dur = cfg["elastic_s"] if el else cfg["static_s"]
-        r = run_once(shape, ops, c, {"queue_capacity": queue_for(shape, ops), **kw}, dur, cfg["sample_s"],
-                     rows=rows)
+        r = run_once(shape, ops, c, {"queue_capacity": queue_for(shape, ops, batch), **kw}, dur, cfg["sample_s"],
+                     rows=rows, batch=batch)
         val = elastic_value(r["samples"]) if el else static_value(r["samples"])
         fifo_ok = fifo_ok and r["violations"] == 0
         res[(shape, c, name)] = dict(r, value=val)
@@ -277,13 +291,22 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
             rec.add(f"{name}:trace", f"{x}:{t:.1f}", "throughput_all", thput, unit="tuples/s")
             rec.add(f"{name}:trace", f"{x}:{t:.1f}", "level", lvl, unit="threads")
         bar.update(1)
+    one: dict = {}
+    for shape, c, name, kw in one_runs:
+        r = run_once(shape, ops, c, {"queue_capacity": queue_for(shape, ops), **kw}, cfg["static_s"],
+                     cfg["sample_s"], rows=rows, batch=1)
+        fifo_ok = fifo_ok and r["violations"] == 0
+        one[(c, name)] = static_value(r["samples"])
+        rec.add(name, f"{shape}:{c}", "tuples_per_s", one[(c, name)], unit=sink_unit(rows))
+        rec.add(name, f"{shape}:{c}", "tuples_per_cpu_s", r["tuples_per_cpu_s"], unit=f"{unit_word(rows)}s/CPU-s")
+        bar.update(1)
     # A change of load (mixed graph, cost 1000 -> 1 half-way): how fast elastic settles.
     changes = {}
     for name, form in change_forms:
         kw = dict(el_kw, cpu_limit=1.0, form=form)
         half = cfg["elastic_s"] / 2
-        r = run_once("mixed", ops, 1000, {"queue_capacity": queue_for("mixed", ops), **kw}, cfg["elastic_s"],
-                     cfg["sample_s"], change_at=half, change_to=1, rows=rows)
+        r = run_once("mixed", ops, 1000, {"queue_capacity": queue_for("mixed", ops, batch), **kw}, cfg["elastic_s"],
+                     cfg["sample_s"], change_at=half, change_to=1, rows=rows, batch=batch)
         fifo_ok = fifo_ok and r["violations"] == 0
         changes[form] = {"trace": r["trace"], "settle_periods": settle_periods(r["trace"], half),
                          "level": r["level"], "levels_after": [lvl for t, _x, lvl, _e in r["trace"] if t >= half]}
@@ -293,10 +316,10 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
         bar.update(1)
     bar.close()
     rec.write()
-    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes, handoff)
+    return _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes, handoff, one)
 
 
-def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, handoff=None) -> dict:
+def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, handoff=None, one=None) -> dict:
     COSTS = cfg["costs"]  # noqa: N806
 
     def v(shape, c, name):
@@ -330,12 +353,26 @@ def _summarize(ctx, cfg, ncpu, res, fifo_ok, changes, series, shapes=SHAPES, han
             if shape == "mixed":
                 out["dynamic_vs_dedicated"][str(c)] = round(best / max(v(shape, c, "dedicated"), 1e-9), 3)
                 out["dynamic_vs_manual"][str(c)] = round(best / max(v(shape, c, "manual"), 1e-9), 3)
+    if one:
+        # The one-tuple hand-off on the mixed graph, beside the batched runs (dynamic:
+        # the best static point of each).
+        dyn = [n for n in static_names]
+        out["one_tuple"] = {}
+        for c in COSTS["mixed"]:
+            best1 = max(one[(c, f"{n}:1t")] for n in dyn)
+            best_b = max(v("mixed", c, n) for n in dyn)
+            out["one_tuple"][str(c)] = {
+                "manual": round(one[(c, "manual:1t")], 2), "dynamic_best": round(best1, 2),
+                "dynamic_vs_manual": round(best1 / max(one[(c, "manual:1t")], 1e-9), 3),
+                "batched_vs_one_tuple_manual": round(v("mixed", c, "manual") / max(one[(c, "manual:1t")], 1e-9), 3),
+                "batched_vs_one_tuple_dynamic": round(best_b / max(best1, 1e-9), 3)}
     if changes:
         out["load_change"] = {form: {"settle_periods": d["settle_periods"], "level": d["level"],
                                      "levels_after": d["levels_after"]} for form, d in changes.items()}
-    out["settings"] = {k: cfg[k] for k in ("ops", "tuple_rows", "sample_s", "static_s", "period_s", "elastic_s",
-                                           "sweep", "min_level", "max_level")} | {
-        "cpus": ncpu, "placement": "fill", "queue_capacity": {s: queue_for(s, cfg["ops"]) for s in shapes},
+    out["settings"] = {k: cfg[k] for k in ("ops", "tuple_rows", "batch", "sample_s", "static_s", "period_s",
+                                           "elastic_s", "sweep", "min_level", "max_level")} | {
+        "cpus": ncpu, "placement": "fill",
+        "queue_capacity": {s: queue_for(s, cfg["ops"], cfg["batch"]) for s in shapes},
         "gil_release_flops": RELEASE_FLOPS}
     out["handoff"] = handoff
     _plot(ctx, res, series, static_names, changes, cfg, shapes)
@@ -474,6 +511,15 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
                         "with its number of runnable threads; absolute figures and ratios carry that noise (the "
                         f"{per}s-per-CPU-second table does not)." if busy else "."))
     queues_txt = ", ".join(f"{queue_for(s, cfg['ops'])} ({s})" for s in shapes)
+    b = cfg["batch"]
+    if b > 1:
+        notes.append(f"Batched ports: each hand-off between operators carries up to {b} tuples (`--batch`; "
+                     "`bobox_sched/policies/streams/batching.py`: a batch leaves full, at a punctuation, when its "
+                     "sender has nothing more queued, or when its oldest tuple is "
+                     f"{DEFAULT_LATENCY_S * 1e3:g} ms old); queues hold "
+                     + ", ".join(f"{queue_for(s, cfg['ops'], b)} ({s})" for s in shapes)
+                     + f" batches; the operators take and send a batch at once (one kernel call per batch). The "
+                     "paper's one-tuple hand-off is the `--batch 1` run.")
     body = (
         f"{cfg['ops']} worker operators per graph (plus Src, Snk and, for the parallel shapes, Split); "
         + ("one-row tuples" if cfg["tuple_rows"] == 1 else
@@ -499,6 +545,13 @@ def _report(ctx, out, cfg, ncpu, res, static_names, shapes=SHAPES) -> None:
         "gets out of the CPU it was given, independent of how much the other processes on the machine left "
         "it (a run with more runnable threads gets a larger share of a loaded machine):\n\n"
         + md_table(["shape", f"FLOP/{per}", "manual", "dedicated", *static_names, "elastic (no cap)"], eff_rows)
+        + (("\n\nThe mixed graph with the paper's one-tuple hand-off (`:1t`) beside the batched runs (sink "
+            f"{per}s/s; dynamic: its best static point):\n\n"
+            + md_table(["FLOP/" + per, "manual 1t", "dynamic 1t", "dynamic/manual 1t", "batched/1t manual",
+                        "batched/1t dynamic"],
+                       [[c, d["manual"], d["dynamic_best"], d["dynamic_vs_manual"], d["batched_vs_one_tuple_manual"],
+                         d["batched_vs_one_tuple_dynamic"]] for c, d in out["one_tuple"].items()]))
+           if out.get("one_tuple") else "")
         + "\n\nContext switches / load average, highest cost per shape:\n\n"
         + md_table(["run", "manual", "dedicated", static_names[-1], "elastic"], cs_rows)
         + "\n\nGoals (issue 13):\n\n" + "\n".join(goals) + "\n\n"
@@ -538,7 +591,7 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     print("[experiment] streams ...", file=sys.stderr, flush=True)
     summary = exp_streams(ctx, args.ops, shapes=parse_shapes(getattr(args, "shapes", None)),
-                          rows=getattr(args, "tuple_rows", None))
+                          rows=getattr(args, "tuple_rows", None), batch=getattr(args, "batch", None))
     print(f"[experiment] streams done in {time.perf_counter() - t0:.1f} s -> {out}/streams.csv, streams.png, "
           f"streams-elastic.png, report.md", file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}")

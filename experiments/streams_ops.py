@@ -19,6 +19,7 @@ Shapes with ``n`` worker operators (plus Src, Snk and, for the parallel shapes, 
 
 from __future__ import annotations
 
+import operator
 import threading
 
 import numpy as np
@@ -128,10 +129,11 @@ class Src(Source):
     """Tuples of `rows` rows numbered 0, 1, 2, ... (the first tuple holds rows 0 ..
     rows-1) as fast as downstream takes them, until `stop` is set."""
 
-    def __init__(self, stop: threading.Event, rows: int = 1):
+    def __init__(self, stop: threading.Event, rows: int = 1, batched: bool = False):
         self.stop = stop
         self.rows = int(rows)
         self.i = 0
+        self.batched = batched
 
     def process(self, ctx):
         if self.stop.is_set():
@@ -141,9 +143,14 @@ class Src(Source):
         # Plain packets (not pooled: a pool block is a page, and a deep pipeline with
         # 1,000-tuple queues holds up to a million tuples).
         r = self.rows
-        for _ in range(64):
-            ctx.send("out", Packet({"x": np.arange(self.i, self.i + r, dtype=np.int64)}))
-            self.i += r
+        if self.batched:  # the same 64 tuples, handed to the runtime in one call
+            i = self.i
+            ctx.send_many("out", [Packet({"x": x}) for x in np.arange(i, i + 64 * r, dtype=np.int64).reshape(64, r)])
+            self.i = i + 64 * r
+        else:
+            for _ in range(64):
+                ctx.send("out", Packet({"x": np.arange(self.i, self.i + r, dtype=np.int64)}))
+                self.i += r
         ctx.reschedule()
 
 
@@ -173,6 +180,34 @@ class WorkRows(Work):
         ctx.send("out", pkt)
 
 
+_columns = operator.attrgetter("columns")
+_x = operator.itemgetter("x")
+
+
+def xs_of(pkts: list) -> np.ndarray:
+    """The ``x`` rows of the packets `pkts`, in order, as one array (C-level loops: no
+    Python step per packet)."""
+    return np.concatenate(list(map(_x, map(_columns, pkts))))
+
+
+class WorkBatch(Work):
+    """``Work`` for batched ports (policy ``streams`` with ``batch``): every tuple queued
+    is taken at once (``ctx.recv_many``), one kernel call burns all their rows (GIL
+    released from ``RELEASE_FLOPS`` per call on), and they leave together
+    (``ctx.send_many``)."""
+
+    def process(self, ctx):
+        pkts = ctx.recv_many("in")
+        if pkts:
+            flops = self.cost.flops
+            xs = xs_of(pkts)
+            self.acc += burn_rows_for(flops, xs.shape[0])(xs, flops)
+            ctx.send_many("out", pkts)
+        if ctx.at_eos("in"):
+            ctx.close()
+            ctx.finish()
+
+
 class Split(StreamOperator):
     """Round-robin over `width` outputs."""
 
@@ -187,6 +222,24 @@ class Split(StreamOperator):
         self.k = (self.k + 1) % len(self.outputs)
 
 
+class SplitBatch(Split):
+    """``Split`` for batched ports: the tuples taken at once are dealt round-robin with
+    one slice and one ``send_many`` per output."""
+
+    def process(self, ctx):
+        pkts = ctx.recv_many("in")
+        if pkts:
+            outs = self.outputs
+            w = len(outs)
+            k = self.k
+            for o in range(min(w, len(pkts))):
+                ctx.send_many(outs[(k + o) % w], pkts[o::w])
+            self.k = (k + len(pkts)) % w
+        if ctx.at_eos("in"):
+            ctx.close()
+            ctx.finish()
+
+
 class Snk(Operator):
     """Counts rows and checks that each input port sees increasing sequence numbers
     (per-edge FIFO). Under policy ``streams`` it reads only the port being executed
@@ -194,16 +247,28 @@ class Snk(Operator):
 
     outputs = ()
 
-    def __init__(self, width: int, meter: Meter):
+    def __init__(self, width: int, meter: Meter, batched: bool = False):
         self.inputs = tuple(f"i{k}" for k in range(width))
         self._index = {p: k for k, p in enumerate(self.inputs)}
         self.meter = meter
         self.last = [-1] * width
         self.ended = [False] * width
         self.n_ended = 0
+        self.batched = batched
 
     def _port(self, ctx, j, port):
         meter = self.meter
+        if self.batched:
+            # Every packet's rows increase (Src's), so the edge is in order iff the rows
+            # of the tuples taken at once, after the last seen, increase throughout.
+            while True:
+                pkts = ctx.recv_many(port)
+                if not pkts:
+                    break
+                xs = xs_of(pkts)
+                meter.violations += int(xs[0] <= self.last[j]) + int(np.count_nonzero(np.diff(xs) <= 0))
+                self.last[j] = int(xs[-1])
+                meter.count += xs.shape[0]
         while True:
             p = ctx.recv(port)
             if p is None:
@@ -236,26 +301,28 @@ def check_rows(rows: int) -> None:
         raise ValueError(f"rows per tuple must be at least 1, got {rows}")
 
 
-def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event, rows: int = 1) -> Plan:
+def build(shape: str, n_ops: int, cost: Cost, meter: Meter, stop: threading.Event, rows: int = 1,
+          batched: bool = False) -> Plan:
     """The plan of `shape` with `n_ops` worker operators and tuples of `rows` rows
-    (module doc)."""
+    (module doc); `batched`: the operators that take and send every queued tuple at once
+    (for policy ``streams`` with ``batch``; ``WorkBatch``, ``SplitBatch``)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}")
     check_rows(rows)
     plan = Plan(f"streams-{shape}")
-    plan.add("src", Src, stop, rows)
-    work = Work if rows == 1 else WorkRows
+    plan.add("src", Src, stop, rows, batched)
+    work = WorkBatch if batched else Work if rows == 1 else WorkRows
     if shape == "pipeline":
         names = ["src"] + [plan.add(f"w{i}", work, cost) for i in range(n_ops)]
-        plan.add("snk", Snk, 1, meter)
+        plan.add("snk", Snk, 1, meter, batched)
         plan.chain(*names)
         plan.connect(names[-1], "snk.i0")
         return plan
     width = n_ops if shape == "dp" else MIXED_WIDTH
     depth = 1 if shape == "dp" else max(1, n_ops // MIXED_WIDTH)
-    plan.add("split", Split, width)
+    plan.add("split", SplitBatch if batched else Split, width)
     plan.connect("src", "split")
-    plan.add("snk", Snk, width, meter)
+    plan.add("snk", Snk, width, meter, batched)
     for k in range(width):
         names = [plan.add(f"w{k}_{d}", work, cost) for d in range(depth)]
         plan.connect(f"split.o{k}", names[0])
@@ -271,5 +338,6 @@ def n_workers(shape: str, n_ops: int) -> int:
     return n_ops
 
 
-__all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "Src", "Work", "WorkRows", "build",
+__all__ = ["COSTS", "Cost", "MIXED_WIDTH", "Meter", "SHAPES", "Snk", "Split", "SplitBatch", "Src", "Work", "WorkBatch",
+           "WorkRows", "build", "xs_of",
            "burn", "check_rows", "burn_for", "burn_held", "burn_rows", "burn_rows_for", "burn_rows_held", "n_workers"]

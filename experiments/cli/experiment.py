@@ -18,6 +18,7 @@ EXPERIMENTS = LOCALITY + ("regions", "ordered", "streams", "tstream", "policies"
 ONLY = {
     "workers": ("ordered", "policies"), "rows": ("ordered", "policies"), "figures": ("ordered",),
     "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",),
+    "batch": ("streams",),
     "events": ("tstream",), "bytes": ("numa-factor", "all"),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
@@ -70,6 +71,10 @@ def add_arguments(p) -> None:
                    help="streams: rows per tuple, each costing the shape's FLOPs (default 1, the paper's tuples; "
                    f"at most {L.MAX_TUPLE_ROWS}; more rows amortize each hand-off's Python; throughput is then in "
                    "rows/s)")
+    p.add_argument("--batch", type=count(L.MAX_STREAM_BATCH), default=None, metavar="N",
+                   help="streams: tuples per hand-off between operators (default 64: batched ports, and the mixed "
+                   "graph also once with 1 for comparison; 1: the paper's one-tuple hand-off only; at most "
+                   f"{L.MAX_STREAM_BATCH})")
     p.add_argument("--events", type=count(L.MAX_EVENTS), default=None, metavar="N",
                    help="tstream: at most N events per run (default 200000, 20000 with --quick)")
     p.add_argument("--bytes", type=array_bytes, default=None, metavar="SIZE",
