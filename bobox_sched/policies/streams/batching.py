@@ -53,15 +53,20 @@ Protocol (who may touch what, when):
 from __future__ import annotations
 
 # How long a staged tuple may wait for its batch to fill (rule 4), seconds. Measured on
-# the 2-core VM (``measurements/2026-11-28-batched-ports/``, mixed graph, 100 operators,
-# batch 64, dynamic with 2 threads): 1 ms keeps the throughput of an unbounded batch
-# (the idle rule, 3, flushes a batch long before it ages under load) while a tuple's
-# added wait stays below the ~1 ms the GIL's switch interval (5 ms) already allows.
+# the 2-core VM (``measurements/2026-11-28-batched-ports/sweep.json``: mixed graph, 100
+# operators, batch 64, cost 1, sink tuples/s, median of 2 rounds): bound 0.1 ms 186k
+# manual / 113k dynamic-2; 1 ms 222k / 133k; 10 ms 216k / 122k; 1 s 229k / 120k. 1 ms is
+# the smallest bound that costs no throughput (the idle rule, 3, flushes most batches
+# before they age) while a tuple's added wait per hop stays below the GIL's 5 ms switch
+# interval, which a waiting thread already pays.
 DEFAULT_LATENCY_S = 0.001
 
-# Tuples per batch when batching (rule 1). Measured as above: sink tuples/s of the mixed
-# graph at cost 1 rise steeply up to 32-64 tuples per batch and flatten beyond (the
-# operators' per-batch Python is then a few percent of their per-tuple work).
+# Tuples per batch when batching (rule 1). Same sweep, sink tuples/s by batch 1 / 8 / 16 /
+# 32 / 64 / 128 / 256: cost 1, manual 34k / 145k / 172k / 195k / 225k / 223k / 208k,
+# dynamic-2 25k / 111k / 111k / 138k / 128k / 120k / 100k; cost 1000, manual 27k / 68k /
+# 70k / 75k / 81k / 81k / 72k, dynamic-2 21k / 52k / 50k / 70k / 80k / 91k / 82k. 64 is
+# where manual's curve flattens and the smallest batch at which dynamic reaches manual at
+# cost 1000; beyond 128 both fall (a batch's packets no longer fit the caches).
 DEFAULT_BATCH = 64
 
 
