@@ -20,7 +20,9 @@ the CPUs this process may use; ``--workers N``):
   heuristic (``policies/ordered.py``). Filter and Map declare ``max_parallelism =
   workers`` (the stateless operators' declaration that policy reads; the other policies
   ignore it), so ordered may run them on every worker at once;
-* ``streams-dynamic`` (``threads = workers``), ``streams-elastic`` (the level between
+* ``streams-dynamic`` (``threads = workers``, batched ports: ``streams/batching.py``),
+  ``streams-dynamic-1t`` (the same with ``batch=1``, the paper's one-tuple hand-off),
+  ``streams-elastic`` (the level between
   ``min_level`` and ``workers``, found by the controller) and ``streams-manual`` (the
   source's thread runs the graph: one thread by design): IBM Streams' threading
   (``policies/streams.py``).
@@ -69,6 +71,7 @@ from bobox_sched import Plan, StreamOperator
 from bobox_sched.core.errors import BoboxError
 from bobox_sched.control import model as M
 from bobox_sched.control.punct import Window
+from bobox_sched.policies.streams.batching import DEFAULT_BATCH
 from operators.stream.ordered_micro import _iterate
 
 from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
@@ -206,8 +209,10 @@ def configs(workers: int, per_node: int | None) -> list[Config]:
     out += [Config(f"ordered-{h}", f"policy ordered, heuristic {h}", {"policy": "ordered", "heuristic": h, **tpn},
                    threads=str(workers)) for h in HEURISTICS]
     out += [
-        Config("streams-dynamic", f"policy streams, threads={workers}", {"policy": "streams", "threads": workers},
-               threads=str(workers)),
+        Config("streams-dynamic", f"policy streams, threads={workers}, batches of {DEFAULT_BATCH} packets per hand-off",
+               {"policy": "streams", "threads": workers}, threads=str(workers)),
+        Config("streams-dynamic-1t", f"policy streams, threads={workers}, batch=1 (the paper's one-tuple hand-off)",
+               {"policy": "streams", "threads": workers, "batch": 1}, threads=str(workers)),
         Config("streams-elastic", "policy streams, elastic, " + ", ".join(f"{k}={v}" for k, v in el.items()
                                                                           if k != "elastic"),
                {"policy": "streams", **el}, threads=f"{el.get('min_level', 2)}..{workers}"),

@@ -17,7 +17,7 @@ from test_experiments import check_png, read_csv
 pytestmark = pytest.mark.slow
 
 CONFIGS = ["bobox", "simple", "bobox+regions", "ordered-ct", "ordered-lp", "ordered-et", "ordered-qst",
-           "streams-dynamic", "streams-elastic", "streams-manual"]
+           "streams-dynamic", "streams-dynamic-1t", "streams-elastic", "streams-manual"]
 KEYS = {"configs", "throughput", "latency_p50_ms", "latency_p99_ms", "equal_to_reference", "ratio_to_bobox",
         "load_avg"}
 OLD = ("<!-- bobox:regions -->\n## Parallel regions\n\nkept\n<!-- /bobox:regions -->\n\n"
