@@ -53,6 +53,28 @@ def test_a_queue_operation_moves_a_batch_of_at_most_batch_tuples(monkeypatch):
     assert sizes.count(8) >= 200 // 8 - 1  # the source's are full: it runs ahead
 
 
+@pytest.mark.parametrize("rows, per_batch", [(2, 4), (8, 1), (100, 1)])
+def test_a_batch_is_full_at_batch_rows(rows, per_batch, monkeypatch):
+    """Tuples of `rows` rows, batch=8: a batch leaves with 8 rows' worth of tuples, and a
+    tuple of 8 rows or more goes alone (the source's batches; none ages)."""
+    pushed = []
+    orig = Port.push
+
+    def push(self, item):
+        if item.__class__ is list:
+            pushed.append(sum(1 for x in item if x.__class__ is Packet))
+        return orig(self, item)
+
+    monkeypatch.setattr(Port, "push", push)
+    plan = Plan("rows")
+    plan.add("src", Count, 40, rows)
+    plan.add("sink", Collect)
+    plan.chain("src", "sink")
+    with streams(threads=1, batch=8, queue_capacity=64, batch_latency_s=60) as s:
+        assert s.submit(plan).result(WAIT_S) == [i for i in range(40) for _ in range(rows)]
+    assert max(pushed) == per_batch and sum(pushed) == 40
+
+
 def test_one_tuple_mode_pushes_each_tuple_alone(monkeypatch):
     pushed = []
     orig = Port.push

@@ -72,7 +72,7 @@ def add_arguments(p) -> None:
                    f"at most {L.MAX_TUPLE_ROWS}; more rows amortize each hand-off's Python; throughput is then in "
                    "rows/s)")
     p.add_argument("--batch", type=count(L.MAX_STREAM_BATCH), default=None, metavar="N",
-                   help="streams: tuples per hand-off between operators (default 64: batched ports, and the mixed "
+                   help="streams: rows per hand-off between operators (tuples, with one-row tuples; default 64: batched ports, and the mixed "
                    "graph also once with 1 for comparison; 1: the paper's one-tuple hand-off only; at most "
                    f"{L.MAX_STREAM_BATCH})")
     p.add_argument("--events", type=count(L.MAX_EVENTS), default=None, metavar="N",

@@ -67,6 +67,7 @@ Protocol (who may touch what, when):
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -120,7 +121,7 @@ class OpRecord:
     ``thread`` and ``wake`` by whoever holds the source's token (``push_deferred``);
     ``stage``, ``born`` and ``flush_queued`` as ``batching.py`` says."""
 
-    __slots__ = ("ports", "out", "once", "rerun", "thread", "wake", "stage", "born", "flush_queued")
+    __slots__ = ("ports", "out", "once", "rerun", "thread", "wake", "stage", "born", "rows", "flush_queued")
 
     def __init__(self):
         self.ports: list = []
@@ -134,6 +135,7 @@ class OpRecord:
         # operator's ports run concurrently. Touched by the thread executing the operator.
         self.stage = None
         self.born = None
+        self.rows = None  # rows staged per output (valid while its batch is not empty)
         self.flush_queued = False  # a FLUSH marker of this operator is queued (the timer's)
 
 
@@ -155,8 +157,8 @@ class StreamsBase(Policy):
                  batch=DEFAULT_BATCH, batch_latency_s=DEFAULT_LATENCY_S):
         super().__init__(scheduler, threads_per_node)
         self.pin = pin
-        # Tuples per hand-off (batching.py; 1: the paper's one tuple per queue operation)
-        # and how long a staged tuple may wait for its batch to fill.
+        # Rows per hand-off (batching.py; a one-row tuple counts one; 1: the paper's one
+        # tuple per queue operation) and how long a staged tuple may wait for its batch.
         self.batch = batch
         self.batch_latency_s = batch_latency_s
         # Queue capacity in tuples (packets). Streams uses 1000 one-tuple slots per port
@@ -200,7 +202,7 @@ class StreamsBase(Policy):
             rec = records[id(task)] = OpRecord()
             rec.ports = [PortRecord(task, rec, j, self.capacity, mutex, conc) for j in range(n)]
             if self.batch > 1 and task.outputs and not conc:
-                rec.stage, rec.born = new_stage(len(task.outputs))
+                rec.stage, rec.born, rec.rows = new_stage(len(task.outputs))
             if not n:
                 rec.wake = threading.Event()
             ports.extend(rec.ports)
@@ -292,11 +294,18 @@ class StreamsBase(Policy):
         st = rec.stage
         if st is not None:
             b = st[i]
-            b.append(item)
-            if len(b) == 1:
-                rec.born[i] = _now()
-            if len(b) < self.batch and (item.__class__ is Packet or (item is not EOS and isinstance(item, Packet))):
-                return True  # rules 1 and 2: not full, and data
+            if item.__class__ is Packet or (item is not EOS and isinstance(item, Packet)):
+                if b:
+                    n = rec.rows[i] + item.nrows
+                else:
+                    rec.born[i] = _now()
+                    n = item.nrows
+                b.append(item)
+                if n < self.batch:
+                    rec.rows[i] = n
+                    return True  # rule 1: not full yet
+            else:
+                b.append(item)  # rule 2: a punctuation or the end leaves at once
             st[i] = []
             item = b
         self.push_item(worker, rec.out[i], item)
@@ -317,12 +326,17 @@ class StreamsBase(Policy):
                 push(worker, port, item)
             return
         b = st[i]
-        if not b:
+        n = sum(map(_nrows, items))
+        if b:
+            n += rec.rows[i]
+        else:
             rec.born[i] = _now()
         b.extend(items)
-        if len(b) >= self.batch:
+        if n >= self.batch:
             st[i] = []
             self.push_item(worker, rec.out[i], b)
+        else:
+            rec.rows[i] = n
 
     def flush_stage(self, w, rec, everything: bool) -> None:
         """Hand off the batches of `rec`'s operator that may leave: all of them
@@ -607,6 +621,7 @@ class StreamsBase(Policy):
 
 _EXECUTE_CODE = StreamsBase.execute.__code__
 _now = time.perf_counter
+_nrows = operator.attrgetter("nrows")
 
 
 def _unread(task, j: int, conc: bool) -> bool:
