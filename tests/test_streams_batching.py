@@ -32,17 +32,24 @@ def chain(n: int) -> Plan:
     return plan
 
 
-def test_a_queue_operation_moves_a_batch_of_at_most_batch_tuples(monkeypatch):
-    """Every item pushed into a port's queue is a list (a batch) of at most `batch`
-    tuples plus the end of stream, full batches among them, and the answer is exact."""
-    pushed = []
+@pytest.fixture
+def pushed(monkeypatch) -> list:
+    """Every item pushed into a port's queue (``Port.push``, the dynamic model's), in
+    order; a retried push is there each time."""
+    items: list = []
     orig = Port.push
 
     def push(self, item):
-        pushed.append(item)
+        items.append(item)
         return orig(self, item)
 
     monkeypatch.setattr(Port, "push", push)
+    return items
+
+
+def test_a_queue_operation_moves_a_batch_of_at_most_batch_tuples(pushed):
+    """Every item pushed into a port's queue is a list (a batch) of at most `batch`
+    tuples plus the end of stream, full batches among them, and the answer is exact."""
     with streams(threads=1, batch=8, queue_capacity=4, batch_latency_s=60) as s:  # none ages
         assert s.submit(chain(200)).result(WAIT_S) == list(range(1, 201))
     batches = list({id(b): b for b in pushed if b.__class__ is list}.values())  # a retried push once
@@ -54,36 +61,21 @@ def test_a_queue_operation_moves_a_batch_of_at_most_batch_tuples(monkeypatch):
 
 
 @pytest.mark.parametrize("rows, per_batch", [(2, 4), (8, 1), (100, 1)])
-def test_a_batch_is_full_at_batch_rows(rows, per_batch, monkeypatch):
+def test_a_batch_is_full_at_batch_rows(rows, per_batch, pushed):
     """Tuples of `rows` rows, batch=8: a batch leaves with 8 rows' worth of tuples, and a
     tuple of 8 rows or more goes alone (the source's batches; none ages)."""
-    pushed = []
-    orig = Port.push
-
-    def push(self, item):
-        if item.__class__ is list:
-            pushed.append(sum(1 for x in item if x.__class__ is Packet))
-        return orig(self, item)
-
-    monkeypatch.setattr(Port, "push", push)
     plan = Plan("rows")
     plan.add("src", Count, 40, rows)
     plan.add("sink", Collect)
     plan.chain("src", "sink")
     with streams(threads=1, batch=8, queue_capacity=64, batch_latency_s=60) as s:
         assert s.submit(plan).result(WAIT_S) == [i for i in range(40) for _ in range(rows)]
-    assert max(pushed) == per_batch and sum(pushed) == 40
+    batches = list({id(b): b for b in pushed if b.__class__ is list}.values())  # a retried push once
+    sizes = [sum(1 for x in b if x.__class__ is Packet) for b in batches]
+    assert max(sizes) == per_batch and sum(sizes) == 40
 
 
-def test_one_tuple_mode_pushes_each_tuple_alone(monkeypatch):
-    pushed = []
-    orig = Port.push
-
-    def push(self, item):
-        pushed.append(item)
-        return orig(self, item)
-
-    monkeypatch.setattr(Port, "push", push)
+def test_one_tuple_mode_pushes_each_tuple_alone(pushed):
     with streams(threads=1, batch=1, queue_capacity=4) as s:
         assert s.submit(chain(50)).result(WAIT_S) == list(range(1, 51))
     assert pushed and not any(b.__class__ is list for b in pushed)
@@ -137,6 +129,16 @@ class Arrivals(StreamOperator):
         ctx.set_result(self.seen)
 
 
+def trickle_plan(release: threading.Event, got: threading.Event) -> Plan:
+    """Trickle(5) -> Inc -> Arrivals(5)."""
+    plan = Plan("trickle")
+    plan.add("src", Trickle, 5, release)
+    plan.add("inc", Inc)
+    plan.add("sink", Arrivals, 5, got)
+    plan.chain("src", "inc", "sink")
+    return plan
+
+
 @pytest.mark.parametrize("model", ["manual", "dynamic", "dedicated"])
 def test_a_partial_batch_leaves_while_its_sender_waits(model):
     """5 tuples of a batch of 64 must reach the sink while the source still waits for
@@ -144,11 +146,7 @@ def test_a_partial_batch_leaves_while_its_sender_waits(model):
     its process returns without running again at once, and the relay's (manual has no
     queues, so no idle rule) when it ages, through the timer's FLUSH marker."""
     release, got = threading.Event(), threading.Event()
-    plan = Plan("trickle")
-    plan.add("src", Trickle, 5, release)
-    plan.add("inc", Inc)
-    plan.add("sink", Arrivals, 5, got)
-    plan.chain("src", "inc", "sink")
+    plan = trickle_plan(release, got)
     kw = {"threads": 1} if model == "dynamic" else {}
     with streams(model=model, batch=64, batch_latency_s=0.01, **kw) as s:
         h = s.submit(plan)
@@ -166,11 +164,7 @@ def test_manual_relays_a_partial_batch_only_through_the_timer(monkeypatch):
 
     monkeypatch.setattr(StreamsBase, "_flush_tick", lambda self, request: None)
     release, got = threading.Event(), threading.Event()
-    plan = Plan("trickle")
-    plan.add("src", Trickle, 5, release)
-    plan.add("inc", Inc)
-    plan.add("sink", Arrivals, 5, got)
-    plan.chain("src", "inc", "sink")
+    plan = trickle_plan(release, got)
     with streams(model="manual", batch=64, batch_latency_s=0.01) as s:
         h = s.submit(plan)
         assert not got.wait(0.5)  # 50 latency bounds: nothing comes (a negative control)

@@ -1,9 +1,10 @@
 #!/bin/bash
 # Issue 33's starting figures at one commit: the three stream papers' experiments and the
 # policies comparison, --quick, one run each, on this 2-core machine, nothing else running.
-# Outputs (CSV, PNG, report.md, the JSON line, stderr) next to this file.
+# Outputs (CSV, PNG, report.md, the JSON line, stderr) next to this file, or in the
+# folder given as the first argument.
 set -u
-D=$(cd "$(dirname "$0")" && pwd)
+D=$(cd "${1:-$(dirname "$0")}" && pwd)
 TOP=$(git -C "$D" rev-parse --show-toplevel)
 git -C "$TOP" rev-parse HEAD > "$D/commit.txt"
 python3 "$TOP/measurements/2026-11-27-test-time/speed.py" > "$D/speed.txt"

@@ -1,16 +1,6 @@
 #!/bin/bash
-# Issue 33 goals table at one commit (after batched ports): the three stream papers' experiments and the
-# policies comparison, --quick, one run each, on this 2-core machine, nothing else running.
-# Outputs (CSV, PNG, report.md, the JSON line, stderr) next to this file.
-set -u
-D=$(cd "$(dirname "$0")" && pwd)
-TOP=$(git -C "$D" rev-parse --show-toplevel)
-git -C "$TOP" rev-parse HEAD > "$D/commit.txt"
-python3 "$TOP/measurements/2026-11-27-test-time/speed.py" > "$D/speed.txt"
-for name in ordered streams tstream policies; do
-  echo "$name $(date +%T)" >&2
-  /usr/bin/time -f "%e s wall" "$TOP/.venv/bin/bobox" experiment "$name" --quick --out "$D/out" --json --no-progress \
-     > "$D/$name.json" 2> "$D/$name.err"
-  echo "$name rc $? $(tail -n 1 "$D/$name.err")" >&2
-done
-python3 "$TOP/measurements/2026-11-27-test-time/speed.py" >> "$D/speed.txt"
+# Issue 33 goals table at one commit (after batched ports): the baseline's script
+# (../2026-11-28-stream-shapes-baseline/run.sh: the three stream papers' experiments and
+# the policies comparison, --quick, one run each), writing into this folder.
+here=$(cd "$(dirname "$0")" && pwd)
+exec bash "$here/../2026-11-28-stream-shapes-baseline/run.sh" "$here"

@@ -83,7 +83,7 @@ from bobox_sched.core.errors import BoboxError
 from bobox_sched.core.limits import MAX_STREAM_BATCH
 from bobox_sched.core.lifecycle import RuntimeThread
 from bobox_sched.policies.streams.elastic import CPU_LIMIT, FORMS, SENS, STEPS, CpuGuard, Elasticity
-from bobox_sched.policies.streams.ports import EMPTY, find_work_non_blocking, try_take
+from bobox_sched.policies.streams.ports import EMPTY, find_work_non_blocking, try_take, unlock
 from bobox_sched.policies.streams.models import DedicatedPolicy, ManualPolicy
 from bobox_sched.policies.streams.options import MODELS, choice, fraction, positive_int
 from bobox_sched.policies.streams.runtime import StreamsBase
@@ -395,10 +395,7 @@ class StreamsPolicy(StreamsBase):
                 if w.suspended or w.shutdown or w.ports_closed:
                     break
         finally:
-            m = port.mutex
-            if m is not None:
-                m.release()
-            q.cons.release()
+            unlock(port)
             self.table.give_back(port)
         if n > 1:
             port.req.wsteps[w.id][0] += n - 1  # the worker loop counted the first
@@ -440,10 +437,7 @@ class StreamsPolicy(StreamsBase):
                     if item is EMPTY:
                         break
             finally:
-                m = nxt.mutex
-                if m is not None:
-                    m.release()
-                q.cons.release()
+                unlock(nxt)
             nxt.req.wsteps[w.id][0] += n
 
     # -- elasticity ------------------------------------------------------------------------

@@ -175,6 +175,15 @@ def try_take(port: PortRecord):
     return item
 
 
+def unlock(port: PortRecord) -> None:
+    """Release what ``try_take`` took: the operator's state lock, then the port's
+    consumer lock."""
+    m = port.mutex
+    if m is not None:
+        m.release()
+    port.q.cons.release()
+
+
 def find_work_non_blocking(table: PortTable):
     """Fig. 4's findWorkNonBlocking: a port that is on the free list, not taken by
     another thread, and has a tuple. Returns ``(port, tuple)`` with the port checked out
@@ -218,4 +227,4 @@ def find_work_non_blocking(table: PortTable):
     return None
 
 
-__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "find_work_non_blocking", "try_take"]
+__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "find_work_non_blocking", "try_take", "unlock"]
