@@ -76,6 +76,20 @@ class _ChannelContext:
     def send(self, port, packet):
         return self._ch._output(self._ctx, port, packet)
 
+    def recv_many(self, port, limit=None):
+        """One item at a time (``recv``'s bookkeeping: what the operator sends next
+        derives from the packet it took last), which ``recv_many``'s contract allows."""
+        if limit is not None and limit < 1:
+            return []
+        item = self.recv(port)
+        return [] if item is None else [item]
+
+    def send_many(self, port, packets):
+        ok = True
+        for p in packets:
+            ok = self.send(port, p)
+        return ok
+
     def send_derived(self, port, packet, parent_pkt, parent):
         from bobox_sched.core.seq import derive
 

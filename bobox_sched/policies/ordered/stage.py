@@ -172,6 +172,9 @@ class OrderedContext(Context):
         raise OperatorError(f"operator {self.task.name!r}: the ordered policy runs StreamOperator callbacks "
                             "(on_packet), not recv()")
 
+    def recv_many(self, port, limit=None):
+        return self.recv(port)
+
     def has_input(self, port):
         return self.recv(port)
 

@@ -24,16 +24,18 @@ When a staged batch leaves (the latency bound), for output i of operator X:
    queued (``flush_idle``: the dynamic and dedicated models): nothing will fill the batch
    soon, so it leaves now; a source, whenever its ``process`` returns without asking to
    run again at once;
-4. *aged*: at the end of any execution of X, a batch whose oldest tuple was staged
-   ``batch_latency_s`` ago or earlier leaves; and a timer (the scheduler's timer thread)
+4. *aged*: at a send and at the end of any execution of X, a batch whose oldest tuple
+   was staged ``batch_latency_s`` ago or earlier leaves; and a timer (the scheduler's timer thread)
    looks every ``batch_latency_s`` at every operator of the request with staged tuples
    that old and queues a ``FLUSH`` marker on its first input port: X executes it under
-   its own locks, which flushes the aged batches without calling ``process``.
+   its own locks, which flushes the aged batches without calling ``process`` (manual:
+   only if X is free at that moment; the timer thread never waits for an operator).
 
 So a staged tuple waits at most about two latency bounds (its age, plus up to one timer
 period) unless X is busy executing, and then X's executions check the age. One exception:
-a source whose ``process`` never returns (a loop on a socket) flushes only at rules 1-2
-and at rule 4's check when it sends.
+a source whose ``process`` never returns (a loop on a socket) has no port for the timer's
+marker: its batch leaves at rules 1-2 and at its next send after the bound, so tuples it
+staged before it stopped sending wait for that send (or its end).
 
 Protocol (who may touch what, when):
 

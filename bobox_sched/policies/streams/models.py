@@ -94,6 +94,32 @@ class ManualPolicy(StreamsBase):
             cons.release()
 
 
+    def push_marker(self, port, marker) -> bool:
+        """Execute `marker` (FLUSH) on the timer thread only if the port and its
+        operator are free now: never wait there (a timer thread blocked behind a long
+        execution would hold back every other timer); a busy operator checks the age of
+        its batches itself when its execution ends."""
+        if port.task.finished:
+            return False
+        cons = port.q.cons
+        if not cons.acquire(False):
+            return False
+        try:
+            m = port.mutex
+            if m is None:
+                self.execute(self._timer_worker, port, marker)
+                return True
+            if not m.acquire(False):
+                return False
+            try:
+                self.execute(self._timer_worker, port, marker)
+            finally:
+                m.release()
+            return True
+        finally:
+            cons.release()
+
+
 class DedicatedPolicy(StreamsBase):
     name = "streams:dedicated"
     model = "dedicated"

@@ -297,11 +297,13 @@ class StreamsBase(Policy):
             if item.__class__ is Packet or (item is not EOS and isinstance(item, Packet)):
                 if b:
                     n = rec.rows[i] + item.nrows
+                    young = _now() - rec.born[i] < self.batch_latency_s  # rule 4 at a send
                 else:
                     rec.born[i] = _now()
                     n = item.nrows
+                    young = True
                 b.append(item)
-                if n < self.batch:
+                if n < self.batch and young:
                     rec.rows[i] = n
                     return True  # rule 1: not full yet
             else:
@@ -332,7 +334,7 @@ class StreamsBase(Policy):
         else:
             rec.born[i] = _now()
         b.extend(items)
-        if n >= self.batch:
+        if n >= self.batch or _now() - rec.born[i] >= self.batch_latency_s:  # rules 1 and 4
             st[i] = []
             self.push_item(worker, rec.out[i], b)
         else:
