@@ -389,3 +389,20 @@ def test_a_source_that_never_returns_hands_an_aged_batch_on_at_its_next_send():
         finally:
             release.set()
         assert h.result(WAIT_S) == [0, 1, 2, 3]
+
+
+def test_the_timer_spaces_its_ticks_by_twenty_times_what_a_tick_took(monkeypatch):
+    """A clock that moves 2 ms between the tick's two readings: the next tick comes 40 ms
+    later, not after the 1 ms bound (the walk takes at most 1/20 of the GIL)."""
+    from types import SimpleNamespace
+
+    from bobox_sched.policies.streams import runtime
+
+    clock = iter([10.0, 10.002])
+    monkeypatch.setattr(runtime, "_now", lambda: next(clock))
+    delays = []
+    req = SimpleNamespace(ACTIVE="a", state="a", tasks={})
+    pol = SimpleNamespace(batch_latency_s=0.001, records={}, _flush_tick=None,
+                          push_later_fn=lambda delay, fn, request: delays.append(delay))
+    runtime.StreamsBase._flush_tick(pol, req)
+    assert delays == [pytest.approx(runtime.TICK_SHARE_INV * 0.002)]
