@@ -170,19 +170,12 @@ class Context:
 
     def has_input(self, port: str) -> bool:
         t = self.task
-        try:
-            return bool(t.inq[t.inidx[port]])
-        except KeyError:
-            raise _no_port(t, "input", port) from None
+        return bool(t.inq[_input_index(t, port)])
 
     def at_eos(self, port: str) -> bool:
         """True when `port` got its end-of-stream and every packet before it was taken."""
         t = self.task
-        try:
-            i = t.inidx[port]
-        except KeyError:
-            raise _no_port(t, "input", port) from None
-        return t.inq[i].ended()
+        return t.inq[_input_index(t, port)].ended()
 
     def all_eos(self) -> bool:
         for q in self.task.inq:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 
+from bobox_sched.policies.streams.ports import try_lock, unlock
 from bobox_sched.policies.streams.runtime import StreamsBase
 from bobox_sched.policies.streams.threads import OpThread
 
@@ -99,25 +100,13 @@ class ManualPolicy(StreamsBase):
         operator are free now: never wait there (a timer thread blocked behind a long
         execution would hold back every other timer); a busy operator checks the age of
         its batches itself when its execution ends."""
-        if port.task.finished:
-            return False
-        cons = port.q.cons
-        if not cons.acquire(False):
+        if port.task.finished or not try_lock(port):
             return False
         try:
-            m = port.mutex
-            if m is None:
-                self.execute(self._timer_worker, port, marker)
-                return True
-            if not m.acquire(False):
-                return False
-            try:
-                self.execute(self._timer_worker, port, marker)
-            finally:
-                m.release()
-            return True
+            self.execute(self._timer_worker, port, marker)
         finally:
-            cons.release()
+            unlock(port)
+        return True
 
 
 class DedicatedPolicy(StreamsBase):

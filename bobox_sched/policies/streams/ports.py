@@ -156,9 +156,23 @@ class PortTable:
             self.free.append(port)
 
 
+def try_lock(port: PortRecord) -> bool:
+    """Take `port`'s consumer lock and its operator's state lock without waiting: True
+    with both held (release with ``unlock``), False with neither."""
+    cons = port.q.cons
+    if not cons.acquire(False):
+        return False
+    m = port.mutex
+    if m is not None and not m.acquire(False):
+        cons.release()
+        return False
+    return True
+
+
 def try_take(port: PortRecord):
     """The test of Fig. 4 for one port: its consumer lock (and its operator's state lock)
-    taken and a tuple popped, or EMPTY with both locks released."""
+    taken and a tuple popped, or EMPTY with both locks released. (``try_lock`` inlined:
+    the free-list walk calls this for every port it passes.)"""
     q = port.q
     cons = q.cons
     if not cons.acquire(False):
@@ -227,4 +241,5 @@ def find_work_non_blocking(table: PortTable):
     return None
 
 
-__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "find_work_non_blocking", "try_take", "unlock"]
+__all__ = ["EMPTY", "RERUN", "PortRecord", "PortTable", "find_work_non_blocking", "try_lock", "try_take",
+           "unlock"]
