@@ -269,15 +269,16 @@ class Snk(Operator):
                 meter.violations += int(xs[0] <= self.last[j]) + int(np.count_nonzero(np.diff(xs) <= 0))
                 self.last[j] = int(xs[-1])
                 meter.count += xs.shape[0]
-        while True:
-            p = ctx.recv(port)
-            if p is None:
-                break
-            x = p.columns["x"]
-            if x[0] <= self.last[j]:
-                meter.violations += 1
-            self.last[j] = int(x[-1])
-            meter.count += p.nrows
+        else:
+            while True:
+                p = ctx.recv(port)
+                if p is None:
+                    break
+                x = p.columns["x"]
+                if x[0] <= self.last[j]:
+                    meter.violations += 1
+                self.last[j] = int(x[-1])
+                meter.count += p.nrows
         if not self.ended[j] and ctx.at_eos(port):
             self.ended[j] = True
             self.n_ended += 1
