@@ -65,7 +65,7 @@ from experiments.framework import Ctx, Recorder, collect_before_run, md_table, p
 from bobox_sched.policies.streams.batching import DEFAULT_BATCH, DEFAULT_LATENCY_S
 from experiments.handoff import describe, wake_us
 from experiments.streams_ops import (COSTS, RELEASE_FLOPS, SHAPES, Cost, Meter, build, burn, burn_held, burn_rows, burn_rows_held,
-                          check_rows, n_workers)
+                                     check_rows, n_workers, row_ids)
 
 QUEUE = 1000  # tuples per input port: [OSS] ScheduledQueue::queueSize
 # Tuples the whole graph may hold in its queues. The sink sees a steady flow only once the
@@ -246,6 +246,7 @@ def exp_streams(ctx, n_ops: int | None = None, overrides: dict | None = None, sh
     one = np.zeros(1, np.int64)
     burn_rows(one, 10)
     burn_rows_held(one, 10)
+    row_ids(0, 1)
     # Full collections walk every object of the process (numba's are many); operators that
     # nest deeply (manual, reSchedule) promote young objects and make them frequent. One
     # freeze after the imports keeps that cost out of every series alike (framework's

@@ -94,6 +94,19 @@ def burn_rows_held(x, flops):
     return _rows(x, flops)
 
 
+@njit(cache=True)
+def row_ids(start, n):
+    """The int64 rows start .. start+n-1, made with the GIL held. ``np.arange`` releases
+    the GIL around its fill even for a few elements, and a thread that releases it for
+    microseconds thousands of times a second starves every other Python thread: a
+    waiter woken by the release finds the GIL taken again before it runs, and its 5 ms
+    switch timer starts over, so it never asks for a forced switch (CPython's GIL,
+    ``take_gil``). Under the manual model the source's thread runs the whole graph, and
+    the experiment's sampling thread went up to 1.7 s without the GIL (gdb on
+    ``PyEval_SaveThread``: 834 of 1,000 releases in ``array_arange``)."""
+    return np.arange(start, start + n, dtype=np.int64)
+
+
 def burn_for(flops: int):
     """The kernel a one-row tuple of `flops` FLOPs runs (called with the row's value, a
     float): ``burn`` (GIL released) from ``RELEASE_FLOPS`` on, ``burn_held`` below."""
@@ -145,11 +158,11 @@ class Src(Source):
         r = self.rows
         if self.batched:  # the same 64 tuples, handed to the runtime in one call
             i = self.i
-            ctx.send_many("out", [Packet({"x": x}) for x in np.arange(i, i + 64 * r, dtype=np.int64).reshape(64, r)])
+            ctx.send_many("out", [Packet({"x": x}) for x in row_ids(i, 64 * r).reshape(64, r)])
             self.i = i + 64 * r
         else:
             for _ in range(64):
-                ctx.send("out", Packet({"x": np.arange(self.i, self.i + r, dtype=np.int64)}))
+                ctx.send("out", Packet({"x": row_ids(self.i, r)}))
                 self.i += r
         ctx.reschedule()
 
