@@ -28,7 +28,9 @@ the CPUs this process may use; ``--workers N``):
   (``policies/streams.py``).
 
 TStream (``bobox_sched/txn``) is a scheme for transactional access to shared state, not
-a thread scheduler: it has nothing to run this chain with, and is left out.
+a thread scheduler: it has nothing to run this chain with. The second part
+(``policies_sweep.py``) runs every configuration on the chain with 1-, 64- and 4,096-row
+tuples and on TStream's GS application, so a user can see where each policy wins.
 
 Measuring: one warm-up run per configuration (kernels loaded, pools filled; a
 configuration that fails here is excluded, with its error in the report), then
@@ -76,6 +78,7 @@ from operators.stream.ordered_micro import _iterate
 
 from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
 from experiments.handoff import describe, wake_us
+from experiments import policies_sweep
 
 NAME = "policies"
 
@@ -160,9 +163,9 @@ def _declared(cls, parallelism: int, *args, **kw):
     return make
 
 
-def build_plan(rows: int, workers: int) -> Plan:
+def build_plan(rows: int, workers: int, rows_per_packet: int = ROWS_PER_PACKET) -> Plan:
     """The workload (module doc): `rows` events through filter, map and a tumbling
-    window aggregate into a DigestSink."""
+    window aggregate into a DigestSink, in tuples of `rows_per_packet` rows."""
     from operators.expr import col
     from operators.stream import EventSource, Filter, Map, Tumbling, WindowAggregate
 
@@ -171,7 +174,7 @@ def build_plan(rows: int, workers: int) -> Plan:
     aggs = [("n", "count", None), ("total", "sum", "w")]
     p = Plan(NAME)
     p.add("events", EventSource, rows, seed=SEED, n_keys=N_KEYS, skew=SKEW, mean_gap=MEAN_GAP,
-          rows_per_packet=ROWS_PER_PACKET, marker_every=MARKER_EVERY)
+          rows_per_packet=rows_per_packet, marker_every=MARKER_EVERY)
     p.add("filter", _declared(Filter, workers, s, col("value") < THRESHOLD))
     p.add("map", _declared(Map, workers, s, kernel=work, args=["value"], out=[("w", np.float64)]))
     p.add("window", WindowAggregate, mapped, ["key"], aggs, Tumbling("ts", WINDOW_TICKS))
@@ -283,7 +286,8 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
     load_before = os.getloadavg()
     ceil_before = ceiling(ctx.repeat)
     handoff = wake_us()  # the machine's hand-off cost (experiments/handoff.py)
-    bar = ctx.bar(1 + len(cfgs) * (ctx.repeat + 1), NAME)
+    bar = ctx.bar(1 + len(cfgs) * (ctx.repeat + 1) + (len(policies_sweep.SIZES) - 1) * ctx.repeat + 1 + ctx.repeat,
+                  NAME)
     bar.set_postfix_str("reference")
     ref = reference(ctx, plan)
     bar.update(1)
@@ -323,7 +327,6 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
             if m["level"] is not None:
                 rec.add(cfg.name, workers, "threads_at_end", m["level"], r, "threads")
             bar.update(1)
-    bar.close()
     load_after = os.getloadavg()
     ceil_after = ceiling(ctx.repeat)
     names = [c.name for c in active]
@@ -375,8 +378,13 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
         "reference": {"rows": ref["rows"], "windows": ref["windows"], "digest": ref["digest"][:16]},
         "regions": plan.explain_regions(),
     }
+    # Second part: where each policy wins (policies_sweep.py)
+    summary["sweep"] = policies_sweep.chain_sweep(ctx, rec, active, workers, rows, summary, bar)
+    summary["gs"] = policies_sweep.gs_workload(ctx, rec, active, workers, bar)
+    bar.close()
     rec.write()
     _plot(ctx, summary)
+    policies_sweep.plot(ctx, summary["sweep"], summary["gs"])
     _report(ctx, summary, active)
     return summary
 
@@ -482,8 +490,8 @@ def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
         "",
         "Notes:",
         "",
-        "- TStream (`bobox_sched/txn`) is not here: it is a scheme for transactional access to shared state, not a "
-        "thread scheduler.",
+        "- TStream (`bobox_sched/txn`) is a scheme for transactional access to shared state, not a thread "
+        "scheduler: it is the second workload below (its GS application), run by each policy that can.",
         "- `streams-manual` runs the whole graph on the source's thread (one thread by design): its markers "
         "measure one synchronous pass, hence its tiny latency. `streams` model `dedicated` (a thread per input "
         "port: more threads than the others' workers) is left out.",
@@ -499,7 +507,7 @@ def _report(ctx: Ctx, s: dict, active: list[Config]) -> None:
         "```",
         s["regions"],
         "```",
-    ]) + excl + f"\n\n![policies]({NAME}.png)\n"
+    ]) + excl + f"\n\n![policies]({NAME}.png)\n\n" + policies_sweep.report(s["sweep"], s["gs"]) + "\n"
     write_section(ctx, NAME, "Every policy on one stream workload", body)
 
 
@@ -566,6 +574,11 @@ def run_experiment(args) -> dict:
     print(table(summary))
     for k, v in summary["excluded"].items():
         print(f"{k}: excluded: {v}")
+    print(f"where each policy wins: throughput / bobox at {', '.join(map(str, policies_sweep.SIZES))} rows per "
+          f"tuple, and TStream's GS ({summary['gs']['events']:,} events)")
+    print(policies_sweep.text(summary["sweep"], summary["gs"]))
+    for k, v in summary["gs"]["excluded"].items():
+        print(f"{k}: excluded from GS: {v}")
     print(f"report: {out / 'report.md'}")
     return summary
 

@@ -46,8 +46,12 @@ def test_files(quick):
     assert header == CSV_COLUMNS and all(r["experiment"] == "policies" for r in rows)
     assert {r["metric"] for r in rows} >= {"rows_per_s", "rows_per_cpu_s", "latency_p50_ms", "latency_p99_ms",
                                            "equal_to_reference", "throughput_ratio_to_bobox", "loadavg_1min"}
-    assert {r["series"] for r in rows} == set(CONFIGS) | {"machine", "ceiling"}
+    assert {r["series"] for r in rows} == set(CONFIGS) | {"machine", "ceiling", "bobox (cc=lock)"}
+    workers = {r["x"] for r in rows if r["series"] == "bobox" and r["x"].isdigit()}
+    assert len(workers) == 1  # the first part's x: the worker count
+    assert {r["x"] for r in rows if r["series"] == "simple"} == workers | {"chain-1", "chain-64", "tstream-gs"}
     check_png(out / "policies.png")
+    check_png(out / "policies-sweep.png")
     report = (out / "report.md").read_text()
     assert report.count("<!-- bobox:policies -->") == 1 and report.count("<!-- /bobox:policies -->") == 1
     assert "old policies section" not in report and "kept" in report  # replaced; the others' sections stay
@@ -73,6 +77,45 @@ def test_table_and_summary(quick):
     assert lines[1].split()[:4] == ["config", "threads", "rows/s", "x"]
     assert [ln.split()[0] for ln in lines[2:2 + len(CONFIGS)]] == CONFIGS
     assert lines[-2].startswith("report: ")
+
+
+def test_where_each_policy_wins(quick):
+    """The second part: every configuration on the chain at 1, 64 and 4,096 rows per
+    tuple, each equal to its size's reference; TStream's GS under every policy that can
+    run it, serially equivalent, the others excluded with their reason; the printed
+    table and the report's section."""
+    out, stdout, s = quick
+    sw, gs = s["sweep"], s["gs"]
+    assert sw["sizes"] == [1, 64, 4096] and sw["excluded"] == {}
+    assert sw["rows"] == {"1": 2000, "64": 40000, "4096": 40000}
+    assert set(sw["throughput"]) == set(CONFIGS)
+    assert all(sw["equal"][n] == {"1": True, "64": True, "4096": True} for n in CONFIGS), sw["equal"]
+    assert all(sw["throughput"][n][k] > 0 for n in CONFIGS for k in ("1", "64", "4096"))
+    assert all(sw["ratio_to_bobox"]["bobox"][k] == 1.0 for k in ("1", "64"))
+    assert {sw["best"][k] for k in ("1", "64", "4096")} <= set(CONFIGS)
+    assert gs["configs"] == ["bobox", "simple", "bobox+regions", "bobox (cc=lock)"]
+    assert gs["cc"]["bobox (cc=lock)"] == "lock" and gs["cc"]["simple"] == "tstream"
+    assert gs["serial_equivalent"] == {n: True for n in gs["configs"]}
+    assert all(gs["throughput"][n] > 0 and gs["latency_p99_ms"][n] > 0 for n in gs["configs"])
+    assert set(gs["excluded"]) == set(CONFIGS) - set(gs["configs"])
+    assert "linear chains only" in gs["excluded"]["ordered-ct"]
+    assert "state-access tasks" in gs["excluded"]["streams-manual"]
+    assert gs["best"] in gs["configs"] and gs["events"] == 50_000
+    lines = stdout.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("where each policy wins"))
+    assert lines[i + 1].split()[:2] == ["config", "1-row"]
+    assert [ln.split()[0] for ln in lines[i + 2:i + 2 + len(CONFIGS)]] == CONFIGS
+    assert any(ln.startswith("best: 1-row: ") for ln in lines)
+    report = (out / "report.md").read_text()
+    assert "### Where each policy wins" in report and "(policies-sweep.png)" in report
+    assert "TStream's grep-and-sum" in report
+
+
+def test_sweep_sizes():
+    from experiments.policies_sweep import PACKETS, size_rows
+
+    assert size_rows(1, 300_000, True) == PACKETS[True] and size_rows(64, 10**6, False) == 64 * PACKETS[False]
+    assert size_rows(4096, 300_000, True) == 300_000 and size_rows(64, 1000, True) == 1000
 
 
 def test_failing_configuration_is_excluded_with_its_reason(tmp_path, monkeypatch):
