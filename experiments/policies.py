@@ -379,7 +379,8 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
         "regions": plan.explain_regions(),
     }
     # Second part: where each policy wins (policies_sweep.py)
-    summary["sweep"] = policies_sweep.chain_sweep(ctx, rec, active, workers, rows, summary, bar)
+    summary["sweep"] = policies_sweep.chain_sweep(ctx, rec, active, workers, rows, summary, bar, build_plan, reference,
+                                                  run_once)
     summary["gs"] = policies_sweep.gs_workload(ctx, rec, active, workers, bar)
     bar.close()
     rec.write()

@@ -74,10 +74,11 @@ def _best(tp: dict, equal: dict):
 
 # -- the chain at several tuple sizes -------------------------------------------------------
 
-def chain_sweep(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, rows: int, first: dict, bar) -> dict:
+def chain_sweep(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, rows: int, first: dict, bar, build_plan, reference,
+                run_once) -> dict:
     """Every configuration on the chain at each of ``SIZES`` (module doc); `first` is the
-    first part's summary (the 4,096-row point)."""
-    from experiments.policies import build_plan, reference, run_once
+    first part's summary (the 4,096-row point); `build_plan`, `reference` and `run_once`
+    are ``policies.py``'s (passed in: that module imports this one)."""
 
     names = [c.name for c in cfgs]
     tp = {n: {} for n in names}
@@ -160,7 +161,8 @@ def _gs_once(ctx: Ctx, cfg, cc: str, app, events: dict, workers: int) -> dict:
 
 def gs_workload(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, bar) -> dict:
     """Every configuration on TStream's GS (module doc)."""
-    from experiments.policies import Config
+    from dataclasses import replace
+
     from operators.txn import make_app
     from operators.txn.plan import oracle_of, same_outputs
 
@@ -171,7 +173,7 @@ def gs_workload(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, bar) -> dict:
     lock = next((c for c in cfgs if c.name == "bobox"), None)
     runs_of = [(c, "tstream") for c in cfgs]
     if lock is not None:
-        runs_of.append((Config(GS_LOCK, "policy bobox, LOCK baseline", lock.kw, threads=lock.threads), "lock"))
+        runs_of.append((replace(lock, name=GS_LOCK, what="policy bobox, LOCK baseline"), "lock"))
     excluded: dict = {}
     active = []
     for cfg, cc in runs_of:  # warm-up: kernels of each scheme loaded; who cannot run it is excluded here
