@@ -15,7 +15,7 @@ from numba import njit
 from bobox_sched.core.packet import Packet
 from bobox_sched.txn import (GE, INC, EventBlotter, StateStore, StateTable, TransactionalOperator, TxnConfig,
                              register_cfun, register_fun)
-from bobox_sched.txn.llvm_atomics import atomic_add, atomic_cas, atomic_max, atomic_store, cpu_relax
+from bobox_sched.core.atomics import atomic_add, atomic_cas, atomic_max, atomic_store, cpu_relax
 from bobox_sched.txn.funs import FEW_WORKERS, HOLD_BELOW, HOLD_BELOW_FEW, kernel_for, kernels
 from bobox_sched.txn.oracle import record, reference_run, serial_run
 from bobox_sched.txn.ops import OpBuffer, Txn

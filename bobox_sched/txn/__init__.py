@@ -9,7 +9,7 @@ kernels), ``ops`` (the txn handle, EventBlotter), ``operator``
 (TransactionalOperator), ``progress`` (the progress controller), ``coordinator``
 (dual-mode scheduling), ``chains`` (a batch's arrays), ``placement`` (numa_mode),
 ``baselines``, ``oracle`` (serial timestamp-order execution), ``kernels`` (the nogil kernels' fragments,
-joined into one generated module by ``funs.kernels``), ``llvm_atomics`` (the atomics the kernels emit).
+joined into one generated module by ``funs.kernels``), ``core.atomics`` (the atomics the kernels emit).
 """
 
 from bobox_sched.txn.config import NUMA_MODES, SCHEMES, TxnConfig

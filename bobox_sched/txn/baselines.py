@@ -86,7 +86,7 @@ class BaselineState:
         self.stats = np.zeros((cfg.executors, 5), np.int64)
 
     def summary(self) -> dict:
-        from bobox_sched.txn.llvm_atomics import cycles_per_second
+        from bobox_sched.core.atomics import cycles_per_second
 
         s = self.stats.sum(axis=0)
         cps = cycles_per_second()

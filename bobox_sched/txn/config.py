@@ -105,7 +105,7 @@ class TxnConfig:
 
     def spin_ticks(self, workers: int) -> int:
         """The spin budget in cycle-counter ticks, for `workers` worker threads."""
-        from bobox_sched.txn.llvm_atomics import cycles_per_second
+        from bobox_sched.core.atomics import cycles_per_second
 
         us = self.spin_us
         if us is None:

@@ -71,7 +71,7 @@ Protocol (who touches what, when):
   stealer) succeeds: only the owner writes a chain's operations, record and progress,
   and it publishes the progress with an atomic store after the values, so a stealer
   that reads another's chain (atomic load of the progress, then the versions below it)
-  sees finished values only (``llvm_atomics.py``, ``process_pool``).
+  sees finished values only (``core/atomics.py``, ``process_pool``).
 * ``_start_batch``, ``_advance`` and ``_finish`` run on the thread of the last arrival /
   last task, alone (no other task of the batch exists at that moment).
 

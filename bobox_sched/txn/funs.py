@@ -388,7 +388,7 @@ def kernels():
         funs, cfuns = list(_funs), list(_cfuns)
         if _current[0] == (len(funs), len(cfuns)):
             return _current[1]
-    from bobox_sched.txn.llvm_atomics import spin_with_pause
+    from bobox_sched.core.atomics import spin_with_pause
 
     # The spin hint is decided per machine (atomics.spin_with_pause) and written into the
     # source, so that kernels compiled with and without it never share a cache entry.

@@ -10,7 +10,7 @@ from numba import njit
 
 from bobox_sched.txn.kernels.fields import F_G, F_SRC, F_TXN, INF_TS
 from bobox_sched.txn.kernels.serial import _exec_txn, _txn_records, by_txn
-from bobox_sched.txn.llvm_atomics import atomic_add, atomic_load, atomic_store, cpu_relax, cycles
+from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store, cpu_relax, cycles
 
 # ---- fragment: funs.kernels() copies the text below into the kernel module ----
 

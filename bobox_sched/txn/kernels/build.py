@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 from bobox_sched.txn.kernels.fields import F_G, F_OUT, F_SRC, F_TS, F_TXN, NF
-from bobox_sched.txn.llvm_atomics import atomic_store
+from bobox_sched.core.atomics import atomic_store
 
 # ---- fragment: funs.kernels() copies the text below into the kernel module ----
 

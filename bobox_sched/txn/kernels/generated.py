@@ -7,10 +7,10 @@ declared for linters and type checkers (the fragments that call them import them
 * ``eval_cfun(code, a, b) -> bool``: CFun ``code`` on two values (``funs.CFun``; an
   unknown code is False).
 
-The module also binds ``cpu_relax`` (``llvm_atomics.cpu_pause`` or ``cpu_nop``, decided
-per machine by ``llvm_atomics.spin_with_pause`` and written into the source, so that
+The module also binds ``cpu_relax`` (``atomics.cpu_pause`` or ``cpu_nop``, decided
+per machine by ``atomics.spin_with_pause`` and written into the source, so that
 kernels compiled with and without the hint never share a cache entry); the fragments
-import ``llvm_atomics.cpu_relax``, the same choice.
+import ``atomics.cpu_relax``, the same choice.
 """
 
 from collections.abc import Callable

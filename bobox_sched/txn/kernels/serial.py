@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from bobox_sched.txn.kernels.fields import F_FUN, F_G, F_KIND, F_OUT, F_SRC, F_TXN, READ, WRITE
-from bobox_sched.txn.llvm_atomics import atomic_load
+from bobox_sched.core.atomics import atomic_load
 
 if TYPE_CHECKING:  # generated ahead of the fragments (generated.py)
     from bobox_sched.txn.kernels.generated import apply_fun, eval_cfun

@@ -11,7 +11,7 @@ from numba import njit
 
 from bobox_sched.txn.kernels.build import C_END, C_G, C_START, P_PARAM, P_POST
 from bobox_sched.txn.kernels.fields import CLAIM_BITS, F_FUN, F_KIND, F_OUT, F_SRC, F_TS, F_TXN, INF_TS, READ, WRITE
-from bobox_sched.txn.llvm_atomics import atomic_add, atomic_cas, atomic_load, atomic_store
+from bobox_sched.core.atomics import atomic_add, atomic_cas, atomic_load, atomic_store
 
 if TYPE_CHECKING:  # generated ahead of the fragments (generated.py)
     from bobox_sched.txn.kernels.generated import apply_fun, eval_cfun
