@@ -26,6 +26,7 @@ from bobox_sched.regions.merger import MisdeclaredOperator  # what a parallel re
 # The layers above the core register what it finds by name (core/extensions.py).
 import bobox_sched.policies  # noqa: E402,F401 -- the four policies
 import bobox_sched.regions  # noqa: E402,F401 -- parallel regions: analyze_regions, parallelize
+import bobox_sched.domains  # noqa: E402,F401 -- Scheduler(domains=...): the front
 
 __all__ = [
     "BoboxError",

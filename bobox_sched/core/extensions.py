@@ -43,7 +43,14 @@ POLICIES = Registry("policy", "", ValueError)
 # "parallelize" (plan, degree=, ordering= -> Plan).
 PLAN_REWRITES = Registry("plan rewrite", ": import bobox_sched.regions", RuntimeError)
 
+# Fronts: "domains" -> make_front(args, kwargs, domains, domain_workers), returning the
+# runtime a Scheduler with domains runs on, or None for the in-process one
+# (bobox_sched.domains.front).
+FRONTS = Registry("front", ": import bobox_sched.domains", RuntimeError)
+
 register_policy = POLICIES.register
 policy_class = POLICIES.get
 register_plan_rewrite = PLAN_REWRITES.register
 plan_rewrite = PLAN_REWRITES.get
+register_front = FRONTS.register
+front = FRONTS.get

@@ -87,6 +87,15 @@ class Scheduler:
     task_stats : bool
         Time every task and count it per locality step (``busy_s``, ``tasks_by_step``,
         the serial fraction). False: the worker loop reads no clock per task.
+    domains : "auto" | "off" | int, optional
+        Run the runtime in several processes ("domains", each pinned to a part of the
+        machine; ``bobox_sched/domains``): a request runs whole in one of them. "auto":
+        one per NUMA node, split so that none has more than ``domain_workers`` CPUs (an
+        in-process runtime where the machine is that small, or the GIL is off). Not
+        given: the in-process runtime.
+    domain_workers : int, optional
+        The most CPUs of one domain under "auto" (default
+        ``domains.front.DEFAULT_DOMAIN_WORKERS``).
     **policy_options
         Options of the policy, checked by it before anything starts (``ordered``:
         ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
@@ -107,7 +116,13 @@ class Scheduler:
     __slots__ = ("_core", "_finalizer", "__weakref__")
 
     def __init__(self, *args, **kwargs):
-        core = SchedulerCore(*args, **kwargs)
+        core = None
+        if "domains" in kwargs or "domain_workers" in kwargs:
+            from bobox_sched.core.extensions import front
+
+            core = front("domains")(args, kwargs, kwargs.pop("domains", "auto"), kwargs.pop("domain_workers", None))
+        if core is None:
+            core = SchedulerCore(*args, **kwargs)
         object.__setattr__(self, "_core", core)
         object.__setattr__(self, "_finalizer", _lifecycle.shut_down_when_collected(self, core))
 
@@ -150,7 +165,10 @@ class Scheduler:
         self._finalizer.detach()  # as in shutdown()
 
     def __repr__(self) -> str:
-        return f"<Scheduler policy={self._core.policy.name!r} workers={len(self._core.workers)}>"
+        core = self._core
+        if not isinstance(core, SchedulerCore):
+            return f"<Scheduler {core!r}>"
+        return f"<Scheduler policy={core.policy.name!r} workers={len(core.workers)}>"
 
 
 class SchedulerCore:

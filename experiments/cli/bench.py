@@ -64,6 +64,20 @@ def add_arguments(p) -> None:
     idle = sub.add_parser("idle", help="CPU used by an idle scheduler")
     idle.add_argument("--seconds", type=real(L.MAX_SECONDS), default=3.0,
                       help=f"seconds to measure (default 3, at most {L.MAX_SECONDS:g})")
+    ring = sub.add_parser("ring", help="descriptor hop between two processes through the shared-memory ring "
+                          "(what domains will hand packets over with): one-way microseconds, streaming ns")
+    ring.add_argument("--rounds", type=count(10_000_000), default=20_000, help="round trips (default 20000)")
+    ring.add_argument("--count", type=count(1_000_000_000), default=2_000_000,
+                      help="descriptors streamed (default 2000000)")
+    ring.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    dom = sub.add_parser("domains", help="several interpreters against one: a GIL-bound plan on domains (one worker "
+                         "each) vs one process with as many workers, and the descriptor ring's hop")
+    dom.add_argument("--packets", type=packets, default=200, help="packets per request (default 200)")
+    dom.add_argument("--loops", type=count(10_000_000), default=20_000,
+                     help="Python loop iterations per packet (default 20000)")
+    dom.add_argument("--requests", type=requests, default=None, help="concurrent requests (default 2 x CPUs)")
+    dom.add_argument("--repeat", type=repeat, default=3)
+    dom.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     for q in (o, s, loc, qs, gil, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
         q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
@@ -140,6 +154,25 @@ def run(args) -> int:
         print(f"packet allocate + free ({r['rows']} rows): "
               f"1 column {r['1col_us']:.2f} us ({r['1col_noacct_us']:.2f} without byte accounting), "
               f"3 columns {r['3col_us']:.2f} us ({r['3col_noacct_us']:.2f} without)")
+    elif args.bench == "ring":
+        from experiments.ring_bench import bench_ring
+
+        r = bench_ring(args.rounds, args.count)
+        print(f"descriptor hop between two processes ({r['descriptor_words']} words, ring of {r['capacity']}): "
+              f"{r['hop_us']} us one way (median of {r['rounds']} round trips / 2; p10 {r['hop_p10_us']}, "
+              f"p90 {r['hop_p90_us']}), both sides spinning; streaming {r['stream_ns_per_descriptor']} ns per "
+              f"descriptor in batches of 64. Waking a sleeping thread costs {r['handoff_us']} us here (a consumer "
+              f"that sleeps when its rings are empty pays that on top)")
+    elif args.bench == "domains":
+        from experiments.domains_bench import bench_domains
+
+        r = bench_domains(args.packets, args.loops, args.requests, args.repeat)
+        print(f"GIL-bound plan, {r['requests']} requests: {r['domains']} domains x 1 worker {r['domains_s']} s, "
+              f"1 process x {r['workers']} workers {r['in_process_s']} s: gil_bound_speedup "
+              f"{r['gil_bound_speedup']:.2f} (median of {r['repeat']})")
+        print(f"descriptor hop between two processes: {r['hop_us']} us one way (p90 {r['hop_p90_us']}), both sides "
+              f"spinning; {r['stream_ns_per_descriptor']} ns per descriptor streamed; a sleeping thread's wake-up "
+              f"costs {r['handoff_us']} us here")
     elif args.bench == "idle":
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "

@@ -53,7 +53,7 @@ SUBCOMMANDS = [
      "Submit the queries N x M times at once and print query times and "
      "scheduler metrics. With no arguments: SF 0.1 data (generated if missing), the query mix."),
     ("bench", "experiments.cli.bench", "add_arguments", "run",
-     "benchmarks: overhead, speedup, locality, queries, gil, packets, idle",
+     "benchmarks: overhead, speedup, locality, queries, gil, packets, ring, domains, idle",
      "Benchmarks of the scheduler. Ratios are measured side by side in one run."),
     ("experiment", "experiments.cli.experiment", "add_arguments", "run",
      "locality experiments: CSV + PNG + report.md (the paper's figures)",

@@ -1,0 +1,149 @@
+"""One domain: a process running the ordinary runtime (a ``Scheduler``) on its CPUs, fed
+requests by the front (``front.py``) over a pipe.
+
+Start-up (``boot_command``): the process is ``python -c BOOT`` with the interpreter of
+the user's process. BOOT pins the process to its CPUs (``sched_setaffinity``) and, on a
+machine with several NUMA nodes, makes its node's memory the preferred one
+(``set_mempolicy(MPOL_PREFERRED)``) *before* it imports numpy or anything that
+allocates, so that every page it touches first comes from its node. Then it imports
+this module and runs :func:`main`: the topology it probes is restricted to its
+affinity mask (``topology.probe``), so its Scheduler has exactly its CPUs.
+
+Messages (``pickle`` tuples over a ``multiprocessing.connection.Connection`` on an
+inherited socket; a plan travels as ``cloudpickle`` bytes, so operators defined in the
+user's ``__main__`` or a notebook work):
+
+==========================================  ============================================
+front -> domain                             domain -> front
+==========================================  ============================================
+``("init", scheduler_kwargs, sys_path)``    ``("ready", pid, cpus, workers)`` or
+                                            ``("failed", error_line)``
+``("submit", rid, plan_bytes, kw)``         ``("done", rid, ok, payload)``: payload is
+                                            the result, or the exception (cloudpickle
+                                            bytes; the exception's text if it cannot be)
+``("cancel", rid)``                         (the request ends as cancelled: ``done``)
+``("stats", token)``                        ``("stats", token, dict)``
+``("shutdown",)``                           the process exits
+==========================================  ============================================
+
+Who touches what: the main thread reads the pipe and submits; a request's end is
+reported by the worker thread that ends it (``add_done_callback``), and several may end
+at once, so every send takes ``send_lock`` (a ``Connection`` is not safe for concurrent
+writers). ``handles`` (rid -> handle) is written by the main thread on submit and
+popped by the done callback; dict operations are atomic (sync's inventory: a dict
+``pop`` and ``setitem`` under the GIL, or under the dict's own lock when free-threaded).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+
+# BOOT runs before anything else in the domain process: affinity and memory policy first,
+# so that the interpreter's and numpy's first pages come from the domain's node.
+BOOT = """\
+import ctypes, os, sys
+cpus = [int(c) for c in sys.argv[2].split(",")]
+os.sched_setaffinity(0, cpus)
+node = int(sys.argv[3])
+if node >= 0:
+    mask = ctypes.c_ulong(1 << node)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(238, 1, ctypes.byref(mask), 64)  # set_mempolicy(MPOL_PREFERRED, {node}); x86-64 only
+from bobox_sched.domains.process import main
+main(int(sys.argv[1]))
+"""
+
+
+def boot_command(fd: int, cpus: list[int], node: int | None) -> list[str]:
+    """The argv that starts a domain on `cpus` (node: prefer its memory; None: leave the
+    policy alone) talking over inherited descriptor `fd`."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        node = None  # set_mempolicy's syscall number above is x86-64's
+    return [sys.executable, "-c", BOOT, str(fd), ",".join(map(str, cpus)), str(-1 if node is None else node)]
+
+
+def _dump_exception(exc: BaseException) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot be pickled goes back as its text
+        return cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+def main(fd: int) -> None:
+    from multiprocessing.connection import Connection
+
+    import cloudpickle
+
+    conn = Connection(fd)
+    send_lock = threading.Lock()
+
+    def send(msg) -> None:
+        data = pickle.dumps(msg, protocol=5)
+        with send_lock:
+            conn.send_bytes(data)
+
+    tag, kwargs, path = pickle.loads(conn.recv_bytes())
+    if tag != "init":
+        raise SystemExit(f"domain {os.getpid()}: expected init, got {tag!r}")
+    # The front's import path: a plan's classes that cloudpickle sent by reference (a
+    # module the user's process imports, e.g. from its working folder) import here too.
+    sys.path[:0] = [p for p in path if p not in sys.path]
+    from bobox_sched.core.scheduler import Scheduler
+
+    try:
+        sched = Scheduler(**kwargs)
+    except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
+        send(("failed", f"{type(e).__name__}: {e}"))
+        return
+    send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
+    handles: dict = {}
+
+    def finished(rid, h) -> None:
+        handles.pop(rid, None)
+        exc = h.exception()
+        try:
+            payload = ("done", rid, True, cloudpickle.dumps(h.result())) if exc is None else \
+                ("done", rid, False, _dump_exception(exc))
+            send(payload)
+        except Exception as e:  # noqa: BLE001 - a result that cannot be pickled fails its request, not the domain
+            send(("done", rid, False, _dump_exception(TypeError(f"the request's result cannot be sent back from "
+                                                                 f"its domain: {type(e).__name__}: {e}"))))
+
+    try:
+        while True:
+            try:
+                msg = pickle.loads(conn.recv_bytes())
+            except EOFError:  # the front went away: end with it
+                break
+            tag = msg[0]
+            if tag == "submit":
+                _, rid, blob, kw = msg
+                try:
+                    plan = cloudpickle.loads(blob)
+                    h = sched.submit(plan, **kw)
+                except Exception as e:  # noqa: BLE001 - a bad plan fails its request
+                    send(("done", rid, False, _dump_exception(e)))
+                    continue
+                handles[rid] = h
+                h.add_done_callback(lambda hh, rid=rid: finished(rid, hh))
+            elif tag == "cancel":
+                h = handles.get(msg[1])
+                if h is not None:
+                    h.cancel()
+            elif tag == "stats":
+                send(("stats", msg[1], sched.stats()))
+            elif tag == "shutdown":
+                break
+    finally:
+        sched.shutdown(wait=True, cancel=True)
+        conn.close()
+
+
+__all__ = ["BOOT", "boot_command", "main"]

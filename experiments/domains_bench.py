@@ -1,0 +1,113 @@
+"""``bobox bench domains``: what several interpreters buy over one (the domains issue's
+figures that exist so far), measured side by side in one run.
+
+* ``gil_bound_speedup``: a plan whose operator is pure Python (it holds the GIL all the
+  time it works: ``PyWork``), ``requests`` copies at once, on one in-process runtime
+  with every CPU as a worker against ``Scheduler(domains=<CPUs>)`` with one worker per
+  domain. The runs alternate (in-process, domains, in-process, ...) ``repeat`` times;
+  the ratio is the median in-process time over the median domains time. The domain
+  processes start before the clock does (once per Scheduler, as in use);
+* ``hop_us`` and ``stream_ns_per_descriptor``: the descriptor ring between two
+  processes (``experiments/ring_bench.py``), what a packet crossing domains will pay.
+
+Every copy's answer is checked against the arithmetic (the plan sums a known series).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+
+from bobox_sched import Plan, Scheduler, StreamOperator
+
+
+class PyWork(StreamOperator):
+    """Per packet, `loops` iterations of plain Python arithmetic, then the packet on:
+    GIL-bound work (no kernel releases it)."""
+
+    def __init__(self, loops: int):
+        self.loops = loops
+
+    def on_packet(self, ctx, port, pkt):
+        acc = 0
+        for i in range(self.loops):
+            acc = (acc + i * i) % 1_000_003
+        if acc < 0:  # never: keeps the loop's result used
+            raise AssertionError
+        ctx.send("out", pkt)
+
+
+def gil_plan(packets: int, loops: int) -> Plan:
+    from bobox_sched import Sink, Source
+
+    class Count(Source):
+        def __init__(self, n):
+            self.n, self.i = n, 0
+
+        def next_packet(self, ctx):
+            if self.i >= self.n:
+                return None
+            p = ctx.new_packet({"x": np.int64}, 64)
+            p["x"][:] = self.i
+            self.i += 1
+            return p
+
+    class Total(Sink):
+        def finalize(self, pkts):
+            return int(sum(int(p["x"].sum()) for p in pkts))
+
+    p = Plan("gil-bound")
+    p.add("src", Count, packets)
+    p.add("work", PyWork, loops)
+    p.add("sink", Total)
+    p.chain("src", "work", "sink")
+    return p
+
+
+def _mix(s, packets: int, loops: int, requests: int) -> float:
+    want = 64 * packets * (packets - 1) // 2
+    t0 = time.perf_counter()
+    hs = [s.submit(gil_plan(packets, loops)) for _ in range(requests)]
+    got = [h.result(600) for h in hs]
+    dt = time.perf_counter() - t0
+    if got != [want] * requests:
+        raise RuntimeError(f"domains bench: wrong answers {got[:3]}... (want {want})")
+    return dt
+
+
+def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None = None, repeat: int = 3,
+                  rounds: int = 20_000) -> dict:
+    from experiments.ring_bench import bench_ring
+
+    ncpu = len(os.sched_getaffinity(0))
+    requests = requests or 2 * ncpu
+    t_in, t_dom = [], []
+    with Scheduler(threads_per_node=ncpu) as one, Scheduler(domains=ncpu, threads_per_node=1) as many:
+        _mix(one, 4, loops, 2)  # warm: imports, pools
+        _mix(many, 4, loops, 2 * ncpu)
+        for _ in range(repeat):
+            t_in.append(_mix(one, packets, loops, requests))
+            t_dom.append(_mix(many, packets, loops, requests))
+    ring = bench_ring(rounds, 500_000)
+    a, b = statistics.median(t_in), statistics.median(t_dom)
+    return {
+        "gil_bound_speedup": round(a / b, 3),
+        "in_process_s": round(a, 3),
+        "domains_s": round(b, 3),
+        "domains": ncpu,
+        "workers": ncpu,
+        "requests": requests,
+        "packets": packets,
+        "loops": loops,
+        "repeat": repeat,
+        "hop_us": ring["hop_us"],
+        "hop_p90_us": ring["hop_p90_us"],
+        "stream_ns_per_descriptor": ring["stream_ns_per_descriptor"],
+        "handoff_us": ring["handoff_us"],
+    }
+
+
+__all__ = ["PyWork", "bench_domains", "gil_plan"]

@@ -1,0 +1,216 @@
+"""``Scheduler(domains=...)`` (``bobox_sched/domains/front.py``, ``process.py``): the
+layout on real machines' captures, plans run in domain processes (operators from a test
+module, from this module, and from a ``__main__`` script), errors and cancellation
+across the process boundary, a domain killed mid-run, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from bobox_sched import Plan, Scheduler, StreamOperator
+from bobox_sched.core.errors import RequestCancelled, SchedulerShutdown
+from bobox_sched.domains.front import DomainDied, DomainFront, layout
+from ops import Boom, CountSink, Endless, Range, Slow, SumSink
+
+pytestmark = pytest.mark.slow
+
+
+class Triple(StreamOperator):
+    """Defined here: a domain imports this test module by the path the front sends."""
+
+    def on_packet(self, ctx, port, pkt):
+        out = ctx.new_packet({"x": np.int64}, pkt.nrows)
+        np.multiply(pkt["x"], 3, out=out["x"])
+        ctx.send("out", out)
+
+
+def sum_plan(n: int) -> Plan:
+    p = Plan("sum3")
+    p.add("src", Range, n, 1000)
+    p.add("t", Triple)
+    p.add("sink", SumSink)
+    p.chain("src", "t", "sink")
+    return p
+
+
+# -- layout ---------------------------------------------------------------------------------
+
+def _topo(hwloc_trees, name):
+    import topology
+
+    return topology.probe(hwloc_trees[name])
+
+
+def test_layout_on_captured_machines(hwloc_trees):
+    t = _topo(hwloc_trees, "16amd64-8n2c")  # 8 nodes x 2 CPUs
+    assert layout(t, "auto", 8) == [([0, 1], 0), ([2, 3], 1), ([4, 5], 2), ([6, 7], 3), ([8, 9], 4),
+                                    ([10, 11], 5), ([12, 13], 6), ([14, 15], 7)]
+    assert layout(t, "auto", 16) is None  # 16 CPUs: one in-process runtime
+    assert layout(t, "off") is None and layout(t, None) is None
+    assert layout(t, 2) == [(list(range(8)), None), (list(range(8, 16)), None)]  # 4 nodes each: no binding
+    assert [len(c) for c, _ in layout(t, 16)] == [1] * 16
+    t4 = _topo(hwloc_trees, "40intel64-4n10c+pci-conflicts")  # 4 nodes x 10 CPUs
+    places = layout(t4, "auto", 8)
+    assert [len(c) for c, _ in places] == [5] * 8 and [n for _, n in places] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(c for cs, _ in places for c in cs) == sorted(c for n in t4.cpu_nodes for c in n.cpus)
+    assert [len(c) for c, _ in layout(t4, 6)] == [5, 5, 5, 5, 10, 10]  # 2, 2, 1, 1 domains per node
+    ht = _topo(hwloc_trees, "16em64t-4s2c2t")  # one node, 8 cores x 2 threads
+    cores = {}
+    for c in ht.cpus:
+        cores.setdefault((c.package, c.core), set()).add(c.os_index)
+    for cpus, node in layout(ht, "auto", 4):  # 4 domains of 2 cores: a core's two threads together
+        assert node == 0 and len(cpus) == 4
+        assert all(sib <= set(cpus) or not (sib & set(cpus)) for sib in cores.values())
+
+
+@pytest.mark.parametrize("domains, workers, words", [
+    (0, None, "positive integer"), ("two", None, "'auto', 'off' or a positive integer"),
+    (True, None, "positive integer"), (99, None, "more domains than"), ("auto", 0, "domain_workers"),
+])
+def test_bad_layouts_are_one_line_errors(hwloc_trees, domains, workers, words):
+    t = _topo(hwloc_trees, "16amd64-8n2c")
+    with pytest.raises(ValueError, match=words) as e:
+        layout(t, domains, workers)
+    assert "\n" not in str(e.value)
+
+
+# -- runs in domain processes ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two():
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        yield s
+
+
+def test_two_domains_run_plans_from_modules(two):
+    assert isinstance(two._core, DomainFront)
+    doms = two._core.domains
+    assert len(doms) == 2 and {d["pid"] for d in doms}.isdisjoint({os.getpid()})
+    assert sorted(c for d in doms for c in d["cpus"]) == sorted(os.sched_getaffinity(0))
+    hs = [two.submit(sum_plan(10_000 + i)) for i in range(6)]
+    assert [h.result(60) for h in hs] == [3 * (n * (n - 1) // 2) for n in range(10_000, 10_006)]
+    assert {h.domain for h in hs} == {0, 1}  # placed on the least loaded: both used
+    st = two.stats()
+    assert st["workers"] == 2 and len(st["domains"]) == 2 and st["completed"] >= 6
+    assert all(isinstance(d["stats"], dict) and d["stats"]["workers"] == 1 for d in st["domains"])
+
+
+def test_errors_and_cancel_cross_the_boundary(two):
+    p = Plan("boom")
+    p.add("src", Range, 10_000, 100)
+    p.add("b", Boom, 3)
+    p.add("sink", CountSink)
+    p.chain("src", "b", "sink")
+    h = two.submit(p)
+    with pytest.raises(KeyError, match="boom at packet 3"):
+        h.result(60)
+    assert h.state == "failed"
+    e = Plan("endless")
+    e.add("src", Endless)
+    e.add("sink", CountSink)
+    e.chain("src", "sink")
+    h = two.submit(e)
+    time.sleep(0.2)  # let it start in its domain (cancelling before works too; this covers a running one)
+    assert h.cancel()
+    with pytest.raises(RequestCancelled):
+        h.result(60)
+    assert two.submit(sum_plan(100)).result(60) == 3 * 4950  # the domains go on
+
+
+MAIN_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from bobox_sched import Plan, Scheduler, Source, Sink
+
+    class Squares(Source):          # defined in __main__: cloudpickle sends it by value
+        def __init__(self, n):
+            self.n, self.i = n, 0
+        def next_packet(self, ctx):
+            if self.i >= self.n:
+                return None
+            p = ctx.new_packet({"x": np.int64}, 1)
+            p["x"][0] = self.i * self.i
+            self.i += 1
+            return p
+
+    class Total(Sink):
+        def finalize(self, packets):
+            return int(sum(int(p["x"].sum()) for p in packets))
+
+    if __name__ == "__main__":
+        p = Plan("main")
+        p.add("src", Squares, 50)
+        p.add("sink", Total)
+        p.chain("src", "sink")
+        with Scheduler(domains=2, threads_per_node=1) as s:
+            print("result", s.submit(p).result(60), len(s._core.domains))
+""")
+
+
+def test_a_plan_built_in_main_runs_in_domains(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(MAIN_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["result", str(sum(i * i for i in range(50))), "2"]
+
+
+def test_a_killed_domain_fails_only_its_requests_and_comes_back():
+    """SIGKILL to the domain running an endless request: that request fails with
+    DomainDied naming the domain and the signal; the other domain's request (slow,
+    running meanwhile) gives its right answer; the domain is restarted on the same CPUs
+    and later requests run on both."""
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        front = s._core
+        e = Plan("endless")
+        e.add("src", Endless)
+        e.add("sink", CountSink)
+        e.chain("src", "sink")
+        victim = s.submit(e)  # the least loaded: domain 0, then domain 1
+        slow = Plan("slow")
+        slow.add("src", Range, 3000, 100)
+        slow.add("slow", Slow, 0.05)
+        slow.add("sink", SumSink)
+        slow.chain("src", "slow", "sink")
+        other = s.submit(slow)
+        assert (victim.domain, other.domain) == (0, 1)
+        pid = front.domains[0]["pid"]
+        cpus = front.domains[0]["cpus"]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(DomainDied, match=rf"domain 0 \(pid {pid}, CPUs .*\) died: killed by SIGKILL"):
+            victim.result(60)
+        assert other.result(120) == 3000 * 2999 // 2
+        deadline = time.monotonic() + 120
+        while front.restarts < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert front.restarts == 1 and [d["cpus"] for d in front.domains][0] == cpus
+        assert pid not in {d["pid"] for d in front.domains}
+        hs = [s.submit(sum_plan(1000)) for _ in range(4)]
+        assert [h.result(60) for h in hs] == [3 * 499500] * 4 and {h.domain for h in hs} == {0, 1}
+
+
+def test_shutdown_ends_the_processes_and_refuses_requests():
+    s = Scheduler(domains=2, threads_per_node=1)
+    front = s._core
+    procs = [d.proc for d in front._slots]
+    assert s.submit(sum_plan(100)).result(60) == 3 * 4950
+    s.shutdown()
+    assert all(p.poll() is not None for p in procs)
+    with pytest.raises(SchedulerShutdown):
+        s.submit(sum_plan(10))
+
+
+def test_in_process_where_the_layout_has_no_domains():
+    with Scheduler(domains="off") as s:
+        assert not isinstance(s._core, DomainFront)
+        assert s.submit(sum_plan(100)).result(60) == 3 * 4950
+    with Scheduler(domains="auto") as s:  # 2 CPUs <= the default 8 workers per domain
+        assert not isinstance(s._core, DomainFront)
