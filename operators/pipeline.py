@@ -167,6 +167,12 @@ def kernel({", ".join(sig)}):
 '''
         self.kernel = codegen._load(self.source_text).timed
 
+    def __reduce__(self):
+        """Pickled as what built it (a plan travels to a domain process by cloudpickle;
+        the compiled kernel and the operator prototypes' kernels do not pickle): a probe
+        or aggregate step keeps its prototype's class and arguments, rebuilt on load."""
+        return (_rebuild_program, (self.source, [_portable(s) for s in self.stages], _portable(self.sink)))
+
     # -- code generation --------------------------------------------------------------------
     def _var(self, prefix: str) -> str:
         self._vars += 1
@@ -461,6 +467,22 @@ class Pipeline(Operator):
 
 # ------------------------------------------------------------------------------------------
 # the plan rewrite
+
+
+def _portable(step):
+    if step[0] in ("probe", "aggregate"):
+        return (step[0], type(step[1]), step[2])
+    return step
+
+
+def _rebuild_program(source, stages, sink) -> Program:
+    def built(step):
+        if step[0] in ("probe", "aggregate"):
+            args, kwargs = step[2]
+            return (step[0], step[1](*args, **kwargs), step[2])
+        return step
+
+    return Program(source, [built(s) for s in stages], built(sink))
 
 
 def _is_table(proto) -> bool:

@@ -1,6 +1,7 @@
 """Helpers of the stream-operator tests (tests/test_stream_ops*.py): a source that emits
 a scripted list of packets and punctuations, a sink that records everything in order,
-random packetisations, one scheduler per policy, and a bounded wait for another
+random packetisations, one scheduler per policy (and bobox in two domain processes), and
+a bounded wait for another
 thread (`wait_for`)."""
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from bobox_sched import Plan, Scheduler, Source, StreamOperator
 from bobox_sched.control import model as M
 from bobox_sched.control.punct import Punctuation
 
-POLICIES = ["bobox", "simple", "streams"]
+# "domains": bobox in two domain processes (bobox_sched/domains): the same operators'
+# egress after their plans crossed to another interpreter by cloudpickle.
+POLICIES = ["bobox", "simple", "streams", "domains"]
 
 
 def wait_for(cond, timeout, poll=0.01) -> bool:
@@ -126,7 +129,9 @@ def chain_plan(name, items, dtypes, *ops) -> Plan:
 def scheds():
     """One scheduler per policy, shared by a module's tests (2 workers, unpinned, small
     buffers so that back-pressure happens)."""
-    out = {p: Scheduler(policy=p, threads_per_node=2, pin=False, buffer_packets=2) for p in POLICIES}
+    out = {p: Scheduler(policy=p, threads_per_node=2, pin=False, buffer_packets=2) for p in POLICIES
+           if p != "domains"}
+    out["domains"] = Scheduler(domains=2, policy="bobox", threads_per_node=1, pin=False, buffer_packets=2)
     yield out
     for s in out.values():
         s.shutdown(wait=True, cancel=True)  # a test that failed midway must not hang the rest

@@ -125,6 +125,18 @@ def test_errors_and_cancel_cross_the_boundary(two):
     assert two.submit(sum_plan(100)).result(60) == 3 * 4950  # the domains go on
 
 
+def test_a_plan_fed_from_this_process_is_refused_in_one_line(two):
+    from bobox_sched.core.sources import QueueSource, StreamChannel
+
+    p = Plan("fed")
+    p.add("src", QueueSource, StreamChannel(capacity=4))
+    p.add("sink", CountSink)
+    p.chain("src", "sink")
+    with pytest.raises(ValueError, match="plan 'fed' cannot run in a domain process: .*StreamChannel") as e:
+        two.submit(p)
+    assert "\n" not in str(e.value)
+
+
 MAIN_SCRIPT = textwrap.dedent("""
     import numpy as np
     from bobox_sched import Plan, Scheduler, Source, Sink

@@ -56,3 +56,18 @@ def test_concurrent_mix_same_answers_as_alone(tpch, policy):
         handles = [(q, s.submit(p)) for _ in range(4) for q, p in plans.items()]
         for q, h in handles:
             compare_tables(h.result(300), alone[q], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("policy,packet_bytes,buffer_packets,parallel", [
+    ("bobox", None, 4, 1), ("simple", 2048, 1, 3), ("streams", None, 4, 1)])
+def test_queries_equal_duckdb_in_domains(tpch, answers, policy, packet_bytes, buffer_packets, parallel):
+    """The same answers with the runtime in two domain processes (bobox_sched/domains),
+    every query submitted at once so both domains run some."""
+    with Scheduler(domains=2, threads_per_node=1, policy=policy, packet_bytes=packet_bytes,
+                   buffer_packets=buffer_packets) as s:
+        hs = [(q, s.submit(T.plan(q, tpch, parallel))) for q in QUERIES]
+        assert {h.domain for _, h in hs} == {0, 1}
+        for q, h in hs:
+            got = h.result(300)
+            assert got.column_names == output_columns(q)
+            compare_tables(got, answers[q], rel_tol=1e-6)

@@ -56,11 +56,14 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def scheds():
     """Schedulers with more workers than this machine's cores (interleavings), under both
-    policies, with one-packet and four-packet buffers."""
+    policies, with one-packet and four-packet buffers, and bobox in two domains."""
     out = {
         ("bobox", 1): Scheduler(policy="bobox", threads_per_node=3, pin=False, buffer_packets=1),
         ("bobox", 4): Scheduler(policy="bobox", threads_per_node=3, pin=False, buffer_packets=4),
         ("simple", 2): Scheduler(policy="simple", threads_per_node=3, pin=False, buffer_packets=2),
+        # bobox in two domain processes (bobox_sched/domains): the rewritten plan crosses
+        # to another interpreter by cloudpickle and runs there whole
+        ("domains", 2): Scheduler(domains=2, policy="bobox", threads_per_node=2, pin=False, buffer_packets=2),
     }
     yield out
     for s in out.values():

@@ -27,6 +27,8 @@ from operators.stream import (END_FRAME, CountSink, EventSource, Map, ParquetRep
                               stream_report)
 from stream_ops_support import POLICIES, Feed, Record, cut, rows, scheds, wait_for  # noqa: F401
 
+IN_PROCESS = [p for p in POLICIES if p != "domains"]
+
 DT = {"ts": np.int64, "k": np.int64, "v": np.float64}
 
 
@@ -78,7 +80,7 @@ def test_parquet_sink_writes_row_groups_and_publishes_at_end(scheds, policy, tmp
     assert h.stats["latency"]["markers"] == 1  # measured at the sink
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", IN_PROCESS)  # a StreamChannel fed from here: no domain
 def test_parquet_sink_partial_output_never_looks_complete(scheds, policy, tmp_path):
     """While the stream runs, row groups are on disk under a temporary name only; the
     final name appears at end of stream, complete."""
@@ -139,7 +141,7 @@ def test_failing_request_leaves_no_file(scheds, policy, tmp_path):
     assert files_in(tmp_path) == []
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", IN_PROCESS)  # a StreamChannel fed from here: no domain
 def test_cancelled_stream_and_failing_sink_leave_no_file(scheds, policy, tmp_path):
     out = tmp_path / "cancel.parquet"
     ch = StreamChannel(capacity=4)
@@ -207,7 +209,7 @@ def test_parquet_replay_round_trip_through_sink(scheds, policy, tmp_path):
     assert h.stats["latency"]["markers"] >= 2  # 5 row groups: at least 5 packets
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", IN_PROCESS)  # watches its operators from this process
 def test_parquet_replay_rate_and_loop_with_time_shift(scheds, policy, tmp_path):
     src = tmp_path / "in.parquet"
     write_source_file(src, n=300, group=100)
@@ -323,7 +325,7 @@ def test_socket_errors_fail_the_request(scheds, policy):
         scheds[policy].submit(socket_plan(port, "lines")).result(timeout=60)
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", IN_PROCESS)  # watches its operators from this process
 def test_socket_source_cancel_stops_the_reader(scheds, policy):
     srv = Server([b"1,2,3.0\n"], hold=True)
     plan = socket_plan(srv.port, "lines")

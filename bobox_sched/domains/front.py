@@ -120,9 +120,10 @@ def _split(xs: list, k: int) -> list[list]:
 
 
 class DomainHandle:
-    """What ``submit`` returns under domains: the methods of ``RequestHandle`` that make
-    sense across a process boundary (``result``, ``exception``, ``done``, ``cancel``,
-    ``add_done_callback``, ``state``)."""
+    """What ``submit`` returns under domains: ``RequestHandle``'s methods across a
+    process boundary (``result``, ``exception``, ``done``, ``cancel``,
+    ``add_done_callback``, ``state``, ``stats``, ``failed_operator``; ``domain``: the slot
+    it runs on)."""
 
     def __init__(self, front, rid: int, name: str):
         self._front = front
@@ -131,6 +132,8 @@ class DomainHandle:
         self.domain: int | None = None  # the slot it runs on
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()
+        self._stats: dict | None = None  # the final ones, set before the future completes
+        self._failed: str | None = None
 
     def result(self, timeout: float | None = None):
         try:
@@ -155,6 +158,19 @@ class DomainHandle:
 
     def add_done_callback(self, fn) -> None:
         self.future.add_done_callback(lambda _f: fn(self))
+
+    @property
+    def stats(self) -> dict:
+        """The request's metrics as its domain's ``RequestHandle.stats`` gives them (the
+        final ones once it ended; asked of the domain while it runs; {} if unknown)."""
+        if self.future.done():
+            return self._stats or {}
+        return self._front._request_stats(self) or {}
+
+    @property
+    def failed_operator(self) -> str | None:
+        """The operator whose exception failed the request (None if none did)."""
+        return self._failed if self.future.done() else None
 
     @property
     def state(self) -> str:
@@ -264,13 +280,14 @@ class DomainFront:
             except (EOFError, OSError):
                 break
             if msg[0] == "done":
-                _, rid, ok, payload = msg
+                _, rid, ok, payload, stats = msg
                 with self._lock:
                     h = d.running.pop(rid, None)
                     self.completed += 1
                     self._changed.notify_all()
                 if h is None:
                     continue
+                h._stats, h._failed = stats
                 try:
                     value = pickle.loads(payload)
                 except Exception as e:  # noqa: BLE001 - e.g. a result class this process cannot import
@@ -340,7 +357,11 @@ class DomainFront:
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
         plan.validate()
-        blob = cloudpickle.dumps(plan)
+        try:
+            blob = cloudpickle.dumps(plan)
+        except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
+            raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} (an "
+                             "operator holds something of this process, e.g. a StreamChannel fed from here)") from None
         kw = {k: v for k, v in (("parallelism", parallelism), ("ordering", ordering)) if v is not None}
         with self._lock:
             d = self._pick(node)
@@ -366,19 +387,31 @@ class DomainFront:
             except OSError:
                 pass
 
+    def _ask(self, d: _Domain, msg: tuple):
+        """Send `msg` (its second item is replaced by a fresh token) and wait for the
+        domain's ``("stats", token, value)``; None if it cannot answer."""
+        f: Future = Future()
+        tok = next(self._ids)
+        d.stats_waiting[tok] = f
+        try:
+            d.send((msg[0], tok) + msg[2:])
+            return f.result(30)
+        except (OSError, FutureTimeout):
+            return None
+        finally:
+            d.stats_waiting.pop(tok, None)
+
+    def _request_stats(self, h: DomainHandle):
+        with self._lock:
+            d = self._slots[h.domain] if h.domain is not None else None
+        return None if d is None else self._ask(d, ("rstats", None, h.id))
+
     def stats(self) -> dict:
         with self._lock:
             doms = [d for d in self._slots if d is not None]
         per = []
         for d in doms:
-            f: Future = Future()
-            tok = next(self._ids)
-            d.stats_waiting[tok] = f
-            try:
-                d.send(("stats", tok))
-                s = f.result(30)
-            except (OSError, FutureTimeout):
-                s = None
+            s = self._ask(d, ("stats", None))
             per.append({"domain": d.slot, "pid": d.pid, "cpus": d.cpus, "node": d.node, "workers": d.workers,
                         "running": len(d.running), "stats": s})
         return {"domains": per, "restarts": self.restarts, "completed": self.completed,

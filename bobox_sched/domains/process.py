@@ -22,7 +22,11 @@ front -> domain                             domain -> front
                                             the result, or the exception (cloudpickle
                                             bytes; the exception's text if it cannot be)
 ``("cancel", rid)``                         (the request ends as cancelled: ``done``)
-``("stats", token)``                        ``("stats", token, dict)``
+``("stats", token)``                        ``("stats", token, dict)``: the Scheduler's
+``("rstats", token, rid)``                  ``("stats", token, dict or None)``: one
+                                            running request's (``done`` carries the
+                                            final ones and the failed operator, after
+                                            the payload)
 ``("shutdown",)``                           the process exits
 ==========================================  ============================================
 
@@ -76,6 +80,15 @@ def _dump_exception(exc: BaseException) -> bytes:
         return cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
+def _stats_of(h) -> dict | None:
+    try:
+        st = h.stats
+        pickle.dumps(st)
+        return st
+    except Exception:  # noqa: BLE001 - statistics never fail a request
+        return None
+
+
 def main(fd: int) -> None:
     from multiprocessing.connection import Connection
 
@@ -108,13 +121,14 @@ def main(fd: int) -> None:
     def finished(rid, h) -> None:
         handles.pop(rid, None)
         exc = h.exception()
+        stats = (_stats_of(h), h.failed_operator)
         try:
-            payload = ("done", rid, True, cloudpickle.dumps(h.result())) if exc is None else \
-                ("done", rid, False, _dump_exception(exc))
+            payload = ("done", rid, True, cloudpickle.dumps(h.result()), stats) if exc is None else \
+                ("done", rid, False, _dump_exception(exc), stats)
             send(payload)
         except Exception as e:  # noqa: BLE001 - a result that cannot be pickled fails its request, not the domain
             send(("done", rid, False, _dump_exception(TypeError(f"the request's result cannot be sent back from "
-                                                                 f"its domain: {type(e).__name__}: {e}"))))
+                                                                 f"its domain: {type(e).__name__}: {e}")), stats))
 
     try:
         while True:
@@ -139,6 +153,9 @@ def main(fd: int) -> None:
                     h.cancel()
             elif tag == "stats":
                 send(("stats", msg[1], sched.stats()))
+            elif tag == "rstats":  # one running request's (None once it ended: its "done" carries them)
+                h = handles.get(msg[2])
+                send(("stats", msg[1], None if h is None else _stats_of(h)))
             elif tag == "shutdown":
                 break
     finally:
