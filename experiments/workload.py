@@ -65,6 +65,7 @@ class RunResult:
     request_stats: list = field(default_factory=list)
     operators: dict = field(default_factory=dict)  # query -> operators per request
     mismatches: list = field(default_factory=list)  # queries whose copies disagreed
+    peak_rss: int | None = None  # under domains: this process's and every domain's peak, summed
 
     @property
     def n_requests(self) -> int:
@@ -116,7 +117,7 @@ class RunResult:
             "serial_fraction_cpu": _round(serial_fraction(st.get("cpu_s", 0.0), st.get("released_cpu_s", 0.0)), 4),
             "predicted_speedup_16": _round(predicted_speedup(serial, 16), 2),
             "predicted_speedup_64": _round(predicted_speedup(serial, 64), 2),
-            "peak_rss_bytes": peak_rss_bytes(),
+            "peak_rss_bytes": self.peak_rss if self.peak_rss is not None else peak_rss_bytes(),
             "mismatches": self.mismatches,
         }
 
@@ -134,12 +135,17 @@ def peak_rss_bytes() -> int:
 
 def worker_cpu(sched) -> tuple[float, float, float]:
     """(seconds on a CPU, seconds runnable but waiting for one, CPU seconds in
-    GIL-releasing calls) summed over the scheduler's worker threads. The first two come
-    from /proc/self/task/<tid>/schedstat (0 where the kernel lacks it): waiting for a
+    GIL-releasing calls) summed over the scheduler's worker threads (under domains, the
+    domain processes' workers; the third is then 0: not collected across processes). The
+    first two come from /proc/<pid>/task/<tid>/schedstat (0 where the kernel lacks it): waiting for a
     CPU is time other processes took, which on a shared machine, not the GIL, keeps N
     workers from N-fold speed."""
     from operators.released import released_cpu_ns
 
+    of_domains = getattr(sched, "worker_cpu", None)  # Scheduler(domains=...): each domain reports its own
+    if of_domains is not None:
+        cpu, wait = of_domains()
+        return cpu, wait, 0.0
     cpu = wait = rel = 0
     for w in sched.workers:
         tid = w.thread.native_id
@@ -205,6 +211,9 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
     res.stats = _diff_stats(before, after)
     res.stats["cpu_s"], res.stats["cpu_wait_s"], res.stats["released_cpu_s"] = (b - a for a, b in zip(cpu0, cpu1))
     res.operators = {name: len(plan) for name, plan in plans.items()}
+    of_domains = getattr(sched, "peak_rss_bytes", None)  # Scheduler(domains=...)
+    if of_domains is not None:
+        res.peak_rss = peak_rss_bytes() + of_domains()
     return res
 
 

@@ -103,6 +103,52 @@ def test_two_domains_run_plans_from_modules(two):
     assert all(isinstance(d["stats"], dict) and d["stats"]["workers"] == 1 for d in st["domains"])
 
 
+def test_stats_add_up_over_the_domains(two):
+    """The front's stats() has the in-process keys, summed: per-domain task counts add up
+    to the total, and a reset of the peak and the workers' CPU time reach every domain."""
+    two.reset_peak()
+    for h in [two.submit(sum_plan(5000)) for _ in range(4)]:
+        h.result(60)
+    st = two.stats()
+    per = [d["stats"] for d in st["domains"]]
+    assert st["policy"] == "bobox" and st["workers"] == 2 and st["nodes"] == sorted(set(st["nodes"]))
+    assert st["tasks"] == sum(p["tasks"] for p in per) and st["tasks"] > 0
+    assert st["steps"] == {k: sum(p["steps"][k] for p in per) for k in per[0]["steps"]}
+    assert st["requests_done"] == sum(p["requests_done"] for p in per)
+    cpu, wait = two._core.worker_cpu()
+    assert cpu > 0 and wait >= 0 and two._core.peak_rss_bytes() > 0
+    h = two.submit(sum_plan(100))
+    h.result(60)
+    assert h.stats["elapsed_s"] > 0 and h.stats["operators"] == 3 and h.failed_operator is None
+
+
+def _mark_domain():
+    os.environ["BOBOX_TEST_DOMAIN_INIT"] = "ran"
+
+
+class EnvSink(CountSink):
+    def on_end(self, ctx):
+        ctx.set_result(os.environ.get("BOBOX_TEST_DOMAIN_INIT"))
+
+
+def test_domain_init_runs_in_every_domain_before_its_runtime():
+    os.environ.pop("BOBOX_TEST_DOMAIN_INIT", None)
+    with Scheduler(domains=2, threads_per_node=1, domain_init=_mark_domain) as s:
+        p = Plan("env")
+        p.add("src", Range, 10, 10)
+        p.add("sink", EnvSink)
+        p.chain("src", "sink")
+        hs = [s.submit(p) for _ in range(2)]
+        assert [h.result(60) for h in hs] == ["ran", "ran"] and {h.domain for h in hs} == {0, 1}
+    assert "BOBOX_TEST_DOMAIN_INIT" not in os.environ  # it ran there, not here
+
+    def broken():
+        raise OSError("no such device")
+
+    with pytest.raises(ValueError, match="domain_init failed: OSError: no such device"):
+        Scheduler(domains=2, threads_per_node=1, domain_init=broken)
+
+
 def test_errors_and_cancel_cross_the_boundary(two):
     p = Plan("boom")
     p.add("src", Range, 10_000, 100)
@@ -226,3 +272,39 @@ def test_in_process_where_the_layout_has_no_domains():
         assert s.submit(sum_plan(100)).result(60) == 3 * 4950
     with Scheduler(domains="auto") as s:  # 2 CPUs <= the default 8 workers per domain
         assert not isinstance(s._core, DomainFront)
+
+
+def test_topology_command_shows_the_domains(hwloc_trees):
+    import json
+
+    import clirun
+
+    root = str(hwloc_trees["40intel64-4n10c+pci-conflicts"])
+    r = clirun.bobox("topology", "--root", root, "--domains", "auto", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    i = lines.index("domains='auto': 8 domain processes")
+    assert lines[i + 1].startswith("  domain 0: CPUs ") and "(5), node 0's memory preferred" in lines[i + 1]
+    assert "node 3's memory preferred" in lines[i + 8]
+    r = clirun.bobox("topology", "--root", root, "--domains", "2", "--json", timeout=120)
+    doms = json.loads(r.stdout)["domains"]
+    assert [(d["domain"], len(d["cpus"]), d["node"]) for d in doms] == [(0, 20, None), (1, 20, None)]
+    r = clirun.bobox("topology", "--root", root, "--domains", "99", timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "more domains than the 40 CPUs" in r.stderr
+    r = clirun.bobox("topology", "--domains", "x", timeout=120)
+    assert r.returncode == 2 and "--domains takes auto, off or 1 to" in r.stderr
+
+
+def test_bench_domains_command():
+    import json
+
+    import clirun
+
+    r = clirun.bobox("bench", "domains", "--packets", "20", "--loops", "2000", "--repeat", "1", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["domains"] == out["workers"] == len(os.sched_getaffinity(0)) and out["requests"] == 2 * out["domains"]
+    assert out["in_process_s"] > 0 and out["domains_s"] > 0
+    # the ratio of the medians (the printed times are rounded to the millisecond)
+    assert abs(out["gil_bound_speedup"] / (out["in_process_s"] / out["domains_s"]) - 1) < 0.05
+    assert "gil_bound_speedup" in r.stdout.splitlines()[0]

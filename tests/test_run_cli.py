@@ -37,6 +37,23 @@ def test_run_simple_policy_and_options(tpch):
     assert "policy simple, 1 workers, packets of 16 KiB" in r.stdout
 
 
+def test_run_in_domains(tpch, tmp_path):
+    """The main job with the runtime in two domain processes: the same answers, the
+    header says so, the metrics come from the domains."""
+    out = tmp_path / "out"
+    r = bobox("run", "q1", "q6", "--data", str(tpch), "--domains", "2", "--threads-per-node", "1",
+              "--concurrency", "2", "--repeat", "1", "--output", str(out), "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "2 workers in 2 domains" in r.stderr
+    for q in ("q1", "q6"):
+        compare_tables(pq.read_table(out / f"{q}.parquet"), duckdb_answer(q, tpch))
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["requests"] == 4 and summary["mismatches"] == [] and summary["scheduler"]["tasks"] > 0
+    assert summary["scheduler"]["workers"] == 2 and 0 <= summary["serial_fraction"] < 1
+    r = bobox("run", "q1", "--data", str(tpch), "--domains", "zero")
+    assert r.returncode == 2 and "--domains takes auto, off or 1 to" in r.stderr
+
+
 def test_run_bad_input(tpch, tmp_path):
     r = bobox("run", "q1", "q99", "--data", str(tpch))
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: unknown query 'q99'")

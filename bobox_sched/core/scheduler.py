@@ -96,6 +96,9 @@ class Scheduler:
     domain_workers : int, optional
         The most CPUs of one domain under "auto" (default
         ``domains.front.DEFAULT_DOMAIN_WORKERS``).
+    domain_init : callable, optional
+        Called with no arguments in each domain process before its runtime starts (sent
+        by cloudpickle), e.g. to turn on instrumentation there.
     **policy_options
         Options of the policy, checked by it before anything starts (``ordered``:
         ``heuristic``, ``reorder``, ``scheme``, ``row_order``, ``capacity``, ...;
@@ -117,7 +120,7 @@ class Scheduler:
 
     def __init__(self, *args, **kwargs):
         core = None
-        if "domains" in kwargs or "domain_workers" in kwargs:
+        if "domains" in kwargs or "domain_workers" in kwargs or "domain_init" in kwargs:
             from bobox_sched.core.extensions import front
 
             core = front("domains")(args, kwargs, kwargs.pop("domains", "auto"), kwargs.pop("domain_workers", None))

@@ -25,8 +25,13 @@ Protocol (who touches what, when):
   and its slot gets a fresh domain on the same CPUs: later requests run normally. A
   request submitted between the death and the restart goes to another domain, or
   waits for the restart if there is none (``_pick`` waits on ``_changed``);
-* ``shutdown`` marks ``_closing`` (no new request), optionally cancels, asks every
-  domain to end, and with ``wait`` joins them.
+* ``shutdown`` marks ``_closing`` (no new request), optionally cancels, and asks every
+  domain to end: a domain lets its running requests finish and reports them before it
+  exits (as the in-process runtime's shutdown does); with ``wait`` the front joins the
+  processes. A domain whose front is gone (its pipe ended) cancels what it runs and
+  exits;
+* at start the front removes shared-memory segments left by processes that no longer
+  exist (``shm.sweep_stale``): what a crashed Scheduler's domains held.
 """
 
 from __future__ import annotations
@@ -206,15 +211,15 @@ class _Domain:
         with self.send_lock:
             self.conn.send_bytes(data)
 
-    def start(self, kwargs: dict) -> None:
-        self.send(("init", kwargs, list(sys.path)))
+    def start(self, kwargs: dict, init: bytes | None) -> None:
+        self.send(("init", kwargs, list(sys.path), init))
         if not self.conn.poll(START_TIMEOUT_S):
             self.proc.kill()
-            raise RuntimeError(f"domain {self.slot} (CPUs {_cpus(self.cpus)}) did not start in {START_TIMEOUT_S:g} s")
+            raise RuntimeError(f"domain {self.slot} (CPUs {cpu_ranges(self.cpus)}) did not start in {START_TIMEOUT_S:g} s")
         try:
             msg = pickle.loads(self.conn.recv_bytes())
         except EOFError:
-            raise RuntimeError(f"domain {self.slot} (CPUs {_cpus(self.cpus)}) ended while starting: "
+            raise RuntimeError(f"domain {self.slot} (CPUs {cpu_ranges(self.cpus)}) ended while starting: "
                                f"{_ended(self.proc.wait())}") from None
         if msg[0] == "failed":
             self.proc.wait()
@@ -222,7 +227,47 @@ class _Domain:
         _, self.pid, _, self.workers = msg
 
 
-def _cpus(cpus: list[int]) -> str:
+_FIRST = ("policy", "packet_bytes")
+
+
+def _summed(stats: list[dict]) -> dict:
+    """Numbers added, dicts merged key by key, lists joined, anything else the first's."""
+    if not stats:
+        return {}
+    out: dict = {}
+    for st in stats:
+        for k, v in st.items():
+            if k not in out:
+                out[k] = _copy(v)
+            elif k in _FIRST:
+                continue
+            else:
+                out[k] = _add(out[k], v)
+    return out
+
+
+def _copy(v):
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    return list(v) if isinstance(v, list) else v
+
+
+def _add(a, b):
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a + b
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k, v in b.items():
+            a[k] = _copy(v) if k not in a else _add(a[k], v)
+        return a
+    if isinstance(a, list) and isinstance(b, list):
+        return a + b
+    return a
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    """CPU ids as text: "4-7" for a contiguous run, else "0,2,5"."""
     return f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 2 and cpus == list(range(cpus[0], cpus[-1] + 1)) else \
         ",".join(map(str, cpus))
 
@@ -240,10 +285,12 @@ class DomainFront:
     """A Scheduler's runtime split over domain processes (module doc). ``Scheduler(...,
     domains=...)`` makes one when the layout has domains."""
 
-    def __init__(self, places: list[tuple[list[int], int | None]], kwargs: dict):
-        import cloudpickle  # noqa: F401 - fail here, before any process starts, if it is missing
+    def __init__(self, places: list[tuple[list[int], int | None]], kwargs: dict, topology=None, domain_init=None):
+        import cloudpickle
 
         self._kwargs = {k: v for k, v in kwargs.items() if k != "topology"}
+        self.topology = topology  # the machine the layout was made for (each domain probes its own part)
+        self._init = None if domain_init is None else cloudpickle.dumps(domain_init)
         self._places = places
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -252,11 +299,14 @@ class DomainFront:
         self.restarts = 0
         self.completed = 0
         self._slots: list = [None] * len(places)
+        from bobox_sched.domains.shm import sweep_stale
+
+        sweep_stale()
         _lifecycle.adopt(self)
         try:
             doms = [_Domain(i, cpus, node) for i, (cpus, node) in enumerate(places)]
             for d in doms:  # every process imports at the same time; then each answers
-                d.start(self._kwargs)
+                d.start(self._kwargs, self._init)
         except BaseException:
             for d in locals().get("doms", []):
                 if d.proc.poll() is None:
@@ -315,7 +365,7 @@ class DomainFront:
         for f in d.stats_waiting.values():
             f.set_result(None)
         err = None if closing else DomainDied(
-            f"domain {d.slot} (pid {d.pid}, CPUs {_cpus(d.cpus)}) died: {_ended(rc)}; its requests failed")
+            f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
             if not h.future.done():
                 h.future.set_exception(err or SchedulerShutdown("the scheduler shut down before the request ended"))
@@ -323,7 +373,7 @@ class DomainFront:
             return
         try:  # a fresh domain on the same CPUs
             nd = _Domain(d.slot, d.cpus, d.node)
-            nd.start(self._kwargs)
+            nd.start(self._kwargs, self._init)
         except Exception as e:  # noqa: BLE001 - reported once; the slot stays empty
             print(f"bobox: domain {d.slot} could not be restarted: {e}", file=sys.stderr)
             return
@@ -406,16 +456,52 @@ class DomainFront:
             d = self._slots[h.domain] if h.domain is not None else None
         return None if d is None else self._ask(d, ("rstats", None, h.id))
 
-    def stats(self) -> dict:
+    def _live(self) -> list:
         with self._lock:
-            doms = [d for d in self._slots if d is not None]
+            return [d for d in self._slots if d is not None]
+
+    def stats(self) -> dict:
+        """The in-process Scheduler's metrics summed over the domains (``policy``,
+        ``packet_bytes``: the first's; ``nodes``: their union; ``peak_bytes_held``: the
+        sum of each domain's peak, an upper bound of the peak of the sum), plus
+        ``domains`` (each one's own), ``restarts`` and ``completed``."""
+        doms = self._live()
         per = []
         for d in doms:
             s = self._ask(d, ("stats", None))
             per.append({"domain": d.slot, "pid": d.pid, "cpus": d.cpus, "node": d.node, "workers": d.workers,
                         "running": len(d.running), "stats": s})
-        return {"domains": per, "restarts": self.restarts, "completed": self.completed,
-                "workers": sum(d.workers for d in doms)}
+        out = _summed([p["stats"] for p in per if p["stats"]])
+        if "locality" in out:
+            loc = out["locality"]
+            loc["local_fraction"] = (loc["local_pages"] / loc["pages"]) if loc.get("pages") else None
+        if "nodes" in out:
+            out["nodes"] = sorted(set(out["nodes"]))
+        out.update({"domains": per, "restarts": self.restarts, "completed": self.completed,
+                    "workers": sum(d.workers for d in doms)})
+        return out
+
+    def reset_peak(self) -> None:
+        for d in self._live():
+            try:
+                d.send(("reset_peak",))
+            except OSError:
+                pass
+
+    def peak_rss_bytes(self) -> int:
+        """The domain processes' peak resident memory, summed (each one's own peak: an
+        upper bound of their simultaneous peak)."""
+        return sum(r for r in (self._ask(d, ("rss", None)) for d in self._live()) if r)
+
+    def worker_cpu(self) -> tuple[float, float]:
+        """(seconds on a CPU, seconds waiting for one) of every domain's workers."""
+        cpu = wait = 0.0
+        for d in self._live():
+            r = self._ask(d, ("cpu", None))
+            if r is not None:
+                cpu += r[0]
+                wait += r[1]
+        return cpu, wait
 
     @property
     def workers(self) -> list:
@@ -441,16 +527,15 @@ class DomainFront:
                         d.send(("cancel", rid))
                     except OSError:
                         pass
-            if wait:
-                for h in list(d.running.values()):
-                    h.future.exception()  # (the domain finishes its requests, then exits)
             try:
-                d.send(("shutdown",))
+                d.send(("shutdown",))  # it finishes its running requests, reports them, then exits
             except OSError:
                 pass
         if wait:
             for d in doms:
                 d.proc.wait()
+                for h in list(d.running.values()):
+                    h.future.exception()  # its reader has failed or finished them by now
 
     def __repr__(self) -> str:
         return f"<DomainFront policy={self.policy_name!r} domains={len(self._places)} workers={len(self.workers)}>"
@@ -467,6 +552,9 @@ def make_front(args: tuple, kwargs: dict, domains, domain_workers):
     for the in-process runtime (the layout has no domains)."""
     if args:
         raise TypeError("Scheduler(domains=...) takes keyword arguments only")
+    init = kwargs.pop("domain_init", None)
+    if init is not None and not callable(init):
+        raise TypeError(f"domain_init must be a callable, got {type(init).__name__}")
     topo = kwargs.get("topology")
     if topo is None:
         import topology
@@ -477,7 +565,8 @@ def make_front(args: tuple, kwargs: dict, domains, domain_workers):
         return None
     if kwargs.get("topology") is not None:
         raise ValueError("Scheduler(domains=...) probes each domain's machine itself: pass no topology")
-    return DomainFront(places, kwargs)
+    return DomainFront(places, kwargs, topo, init)
 
 
-__all__ = ["DEFAULT_DOMAIN_WORKERS", "DomainDied", "DomainFront", "DomainHandle", "gil_enabled", "layout", "make_front"]
+__all__ = ["DEFAULT_DOMAIN_WORKERS", "DomainDied", "DomainFront", "DomainHandle", "cpu_ranges", "gil_enabled", "layout",
+           "make_front"]

@@ -16,7 +16,7 @@ user's ``__main__`` or a notebook work):
 ==========================================  ============================================
 front -> domain                             domain -> front
 ==========================================  ============================================
-``("init", scheduler_kwargs, sys_path)``    ``("ready", pid, cpus, workers)`` or
+``("init", kwargs, sys_path, init_fn)``     ``("ready", pid, cpus, workers)`` or
                                             ``("failed", error_line)``
 ``("submit", rid, plan_bytes, kw)``         ``("done", rid, ok, payload)``: payload is
                                             the result, or the exception (cloudpickle
@@ -27,6 +27,10 @@ front -> domain                             domain -> front
                                             running request's (``done`` carries the
                                             final ones and the failed operator, after
                                             the payload)
+``("reset_peak",)``                         (none)
+``("cpu", token)``                          ``("stats", token, (cpu_s, wait_s))``: its
+                                            workers' time on a CPU and waiting for one
+``("rss", token)``                          ``("stats", token, bytes)``: its peak RSS
 ``("shutdown",)``                           the process exits
 ==========================================  ============================================
 
@@ -80,6 +84,21 @@ def _dump_exception(exc: BaseException) -> bytes:
         return cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
+def _worker_cpu(sched) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of this domain's worker
+    threads, from /proc/self/task/<tid>/schedstat (0 where the kernel lacks it)."""
+    cpu = wait = 0
+    for w in sched.workers:
+        try:
+            with open(f"/proc/self/task/{w.thread.native_id}/schedstat") as f:
+                a, b, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        cpu += int(a)
+        wait += int(b)
+    return cpu / 1e9, wait / 1e9
+
+
 def _stats_of(h) -> dict | None:
     try:
         st = h.stats
@@ -102,12 +121,18 @@ def main(fd: int) -> None:
         with send_lock:
             conn.send_bytes(data)
 
-    tag, kwargs, path = pickle.loads(conn.recv_bytes())
+    tag, kwargs, path, init = pickle.loads(conn.recv_bytes())
     if tag != "init":
         raise SystemExit(f"domain {os.getpid()}: expected init, got {tag!r}")
     # The front's import path: a plan's classes that cloudpickle sent by reference (a
     # module the user's process imports, e.g. from its working folder) import here too.
     sys.path[:0] = [p for p in path if p not in sys.path]
+    if init is not None:  # Scheduler(domain_init=fn): the user's set-up, before the runtime starts
+        try:
+            cloudpickle.loads(init)()
+        except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
+            send(("failed", f"domain_init failed: {type(e).__name__}: {e}"))
+            return
     from bobox_sched.core.scheduler import Scheduler
 
     try:
@@ -130,11 +155,13 @@ def main(fd: int) -> None:
             send(("done", rid, False, _dump_exception(TypeError(f"the request's result cannot be sent back from "
                                                                  f"its domain: {type(e).__name__}: {e}")), stats))
 
+    front_gone = False
     try:
         while True:
             try:
                 msg = pickle.loads(conn.recv_bytes())
-            except EOFError:  # the front went away: end with it
+            except EOFError:  # the front went away: end with it, its requests cancelled
+                front_gone = True
                 break
             tag = msg[0]
             if tag == "submit":
@@ -156,10 +183,20 @@ def main(fd: int) -> None:
             elif tag == "rstats":  # one running request's (None once it ended: its "done" carries them)
                 h = handles.get(msg[2])
                 send(("stats", msg[1], None if h is None else _stats_of(h)))
+            elif tag == "reset_peak":
+                sched.reset_peak()
+            elif tag == "cpu":
+                send(("stats", msg[1], _worker_cpu(sched)))
+            elif tag == "rss":
+                import resource
+
+                send(("stats", msg[1], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
             elif tag == "shutdown":
                 break
     finally:
-        sched.shutdown(wait=True, cancel=True)
+        # "shutdown": the running requests finish first (the front sent their cancels
+        # before, if it was asked to), and each one's "done" goes out before we exit.
+        sched.shutdown(wait=True, cancel=front_gone)
         conn.close()
 
 

@@ -41,7 +41,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 # functions, help, description). The module is imported only when the parser is built,
 # and each run function takes the parsed args and returns the exit status.
 SUBCOMMANDS = [
-    ("topology", "topology.cli", "add_arguments", "run",
+    ("topology", "experiments.cli.topology", "add_arguments", "run",
      "show this machine's topology (like lstopo), or measure the NUMA factor",
      "Show NUMA nodes, CPUs and caches of this machine or of a captured tree."),
     ("datagen", "experiments.cli.run", "add_datagen_arguments", "datagen_cmd",

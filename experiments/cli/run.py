@@ -38,8 +38,26 @@ def add_run_arguments(p) -> None:
     p.add_argument("--output", type=path, metavar="DIR",
                    help="write each query's result to DIR/<query>.parquet (atomically; DIR/_bobox_results.json "
                    "marks a complete set)")
+    p.add_argument("--domains", type=domains_arg, metavar="auto|off|N",
+                   help="run the runtime in N processes (domains), each pinned to part of the machine; auto: one per "
+                   "NUMA node, at most 8 CPUs each (default: off, one process)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def domains_arg(v: str):
+    """``--domains``: auto, off or a positive integer (argparse type: one-line error)."""
+    import argparse
+
+    if v in ("auto", "off"):
+        return v
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1 or n > limits.MAX_THREADS_PER_NODE:
+        raise argparse.ArgumentTypeError(f"--domains takes auto, off or 1 to {limits.MAX_THREADS_PER_NODE}, got {v!r}")
+    return n
 
 
 def check_queries(names, known, default, more: str = "--concurrency and --repeat") -> list[str]:
@@ -88,11 +106,15 @@ def run(args) -> int:
     released.enable()  # serial fraction: time with the GIL released, per worker
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
     check_data(data)  # every column typed as TPC-H says, before any query runs
-    with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes) as s:
+    dom = {} if args.domains is None else {"domains": args.domains, "domain_init": released.enable}
+    with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes,
+                   **dom) as s:
         requests = len(queries) * args.concurrency * args.repeat
         parallel = args.parallel or choose_parallel(requests, len(s.workers))
+        doms = getattr(s, "domains", None)
+        where = f" in {len(doms)} domains" if doms else ""
         print(f"data {data}; {len(queries)} queries x {args.concurrency}x{args.repeat} copies, parallel={parallel}, "
-              f"policy {args.policy}, {len(s.workers)} workers on {len(s.topology.cpu_nodes)} node(s)",
+              f"policy {args.policy}, {len(s.workers)} workers{where} on {len(s.topology.cpu_nodes)} node(s)",
               file=sys.stderr)
         plans = build_plans(queries, data, parallel)  # loads the needed columns once
         # One untimed request per query first: loads the numba kernels (compiled and
