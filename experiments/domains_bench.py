@@ -95,8 +95,8 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
     a, b = statistics.median(t_in), statistics.median(t_dom)
     return {
         "gil_bound_speedup": round(a / b, 3),
-        "in_process_s": round(a, 3),
-        "domains_s": round(b, 3),
+        "in_process_s": round(a, 4),
+        "domains_s": round(b, 4),
         "domains": ncpu,
         "workers": ncpu,
         "requests": requests,

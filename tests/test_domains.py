@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from bobox_sched import Plan, Scheduler, StreamOperator
+from bobox_sched import Plan, Scheduler, Source, StreamOperator
 from bobox_sched.core.errors import RequestCancelled, SchedulerShutdown
 from bobox_sched.domains.front import DomainDied, DomainFront, layout
 from ops import Boom, CountSink, Endless, Range, Slow, SumSink
@@ -308,3 +308,93 @@ def test_bench_domains_command():
     # the ratio of the medians (the printed times are rounded to the millisecond)
     assert abs(out["gil_bound_speedup"] / (out["in_process_s"] / out["domains_s"]) - 1) < 0.05
     assert "gil_bound_speedup" in r.stdout.splitlines()[0]
+
+
+def test_a_plan_travels_once_per_domain_and_changes_are_seen(two):
+    """A plan resubmitted unchanged is pickled once and its bytes go to each domain once
+    (later requests name it); a plan changed after a submit travels again; more distinct
+    plans than a domain keeps (``PLAN_CACHE``) evict the oldest on both sides alike, so
+    resubmitting an evicted one still works."""
+    from bobox_sched.domains.process import PLAN_CACHE
+
+    front = two._core
+    p = sum_plan(2000)
+    hs = [two.submit(p) for _ in range(6)]
+    assert [h.result(60) for h in hs] == [3 * 1999000] * 6
+    pid = front._plans[id(p)][2]
+    assert all(pid in d.cached for d in front._slots)  # each domain got it (once: the mirror says so)
+    q = Plan("changed")
+    q.add("src", Range, 2000, 1000)
+    q.add("t", Triple)
+    q.add("t2", Triple)
+    q.add("sink", SumSink)
+    q.chain("src", "t", "t2", "sink")
+    assert two.submit(q).result(60) == 9 * 1999000
+    pid_q = front._plans[id(q)][2]
+    q.place("t2", 0)  # a change the fingerprint sees: a new plan id
+    assert two.submit(q).result(60) == 9 * 1999000 and front._plans[id(q)][2] not in (pid, pid_q)
+    many = [sum_plan(10 + i) for i in range(2 * PLAN_CACHE + 60)]  # spread over both domains
+    for i in range(0, len(many), 40):
+        for h in [two.submit(m) for m in many[i:i + 40]]:
+            h.result(60)
+    assert all(len(d.cached) == PLAN_CACHE for d in front._slots)
+    first = [two.submit(m) for m in many[:10]]  # evicted on both sides: their bytes travel again
+    assert [h.result(60) for h in first] == [3 * (n * (n - 1) // 2) for n in range(10, 20)]
+
+
+class ArraySource(Source):
+    """Emits a (large) array given at plan time, in 64k-row packets."""
+
+    def __init__(self, x):
+        self.x, self.i = x, 0
+
+    def next_packet(self, ctx):
+        if self.i >= len(self.x):
+            return None
+        k = min(65536, len(self.x) - self.i)
+        p = ctx.new_packet({"x": np.int64}, k)
+        p["x"][:] = self.x[self.i:self.i + k]
+        self.i += k
+        return p
+
+
+class Writer(StreamOperator):
+    """Tries to write into the plan's array: it must be read-only in a domain."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def on_packet(self, ctx, port, pkt):
+        self.x[0] = 1
+        ctx.send("out", pkt)
+
+
+def test_large_arrays_travel_once_through_shared_memory():
+    from bobox_sched.domains import shm
+    from bobox_sched.domains.shared_arrays import SHARE_BYTES
+
+    x = np.arange(SHARE_BYTES // 8 * 3, dtype=np.int64)  # 3 MiB: shared
+    small = np.arange(1000, dtype=np.int64)  # by value
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        front = s._core
+        plans = []
+        for k in range(3):  # three plans holding the same array object
+            p = Plan(f"arr{k}")
+            p.add("src", ArraySource, x)
+            p.add("sink", SumSink)
+            p.chain("src", "sink")
+            plans.append(p)
+        hs = [s.submit(p) for p in plans for _ in range(2)]
+        assert [h.result(60) for h in hs] == [int(x.sum())] * 6
+        assert front._share.bytes_shared == x.nbytes  # copied once for all plans and domains
+        names = [n for n in shm.ours() if n.endswith("-array")]
+        assert len(names) == 1
+        w = Plan("writer")
+        w.add("src", ArraySource, small)
+        w.add("w", Writer, x)
+        w.add("sink", SumSink)
+        w.chain("src", "w", "sink")
+        with pytest.raises(ValueError, match="read-only"):
+            s.submit(w).result(60)
+    assert not [n for n in shm.ours() if n.endswith("-array")]  # unlinked with the Scheduler
+    assert x[0] == 0

@@ -30,14 +30,19 @@ Protocol (who touches what, when):
   exits (as the in-process runtime's shutdown does); with ``wait`` the front joins the
   processes. A domain whose front is gone (its pipe ended) cancels what it runs and
   exits;
-* at start the front removes shared-memory segments left by processes that no longer
-  exist (``shm.sweep_stale``): what a crashed Scheduler's domains held.
+* a plan's large arrays go to the domains once, through shared memory
+  (``shared_arrays.py``); the front unlinks those segments once every domain process
+  has exited (``_join``: at ``shutdown(wait=True)``, else on a closer thread). At start
+  it removes segments left by processes that no longer exist (``shm.sweep_stale``):
+  what a crashed Scheduler held.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import weakref
+from collections import OrderedDict
 import pickle
 import signal
 import socket
@@ -49,7 +54,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from bobox_sched.core import lifecycle as _lifecycle
 from bobox_sched.core.errors import RequestCancelled, SchedulerShutdown
-from bobox_sched.domains.process import boot_command
+from bobox_sched.domains.process import PLAN_CACHE, boot_command
 
 # Workers per domain, "auto": where one interpreter's GIL starts to queue. On the 16-core
 # Xeon measured for the domains issue (Python 3.12, TPC-H mix at SF 1) each worker held
@@ -198,6 +203,7 @@ class _Domain:
         self.pid = None
         self.workers = 0
         self.stats_waiting: dict = {}
+        self.cached: OrderedDict = OrderedDict()  # plan ids the domain holds unpickled (send_lock)
         ours, theirs = socket.socketpair()
         from multiprocessing.connection import Connection
 
@@ -210,6 +216,21 @@ class _Domain:
         data = pickle.dumps(msg, protocol=5)
         with self.send_lock:
             self.conn.send_bytes(data)
+
+    def submit(self, rid: int, pid: int, blob: bytes, kw: dict) -> None:
+        """Send a request; its plan's bytes only if the domain's plan cache lacks them.
+        ``cached`` mirrors that cache: the same LRU rule (``process.PlanCache``) applied
+        to the same sequence of plan ids, in pipe order (both under ``send_lock``)."""
+        with self.send_lock:
+            if pid in self.cached:
+                self.cached.move_to_end(pid)
+                msg = ("submit", rid, pid, None, kw)
+            else:
+                self.cached[pid] = True
+                if len(self.cached) > PLAN_CACHE:
+                    self.cached.popitem(last=False)
+                msg = ("submit", rid, pid, blob, kw)
+            self.conn.send_bytes(pickle.dumps(msg, protocol=5))
 
     def start(self, kwargs: dict, init: bytes | None) -> None:
         self.send(("init", kwargs, list(sys.path), init))
@@ -266,6 +287,15 @@ def _add(a, b):
     return a
 
 
+def _fingerprint(plan) -> tuple:
+    """What identifies a plan's content cheaply: its name, each operator's spec tuple
+    (replaced whenever the operator is), its edges and placements. A plan resubmitted
+    unchanged is pickled once and sent once per domain; an argument object changed in
+    place after a submit is not seen (module doc of ``shared_arrays``: the same contract)."""
+    return (plan.name, tuple((k, id(v)) for k, v in plan._specs.items()), tuple(plan._edges),
+            tuple(sorted(plan._places.items())))
+
+
 def cpu_ranges(cpus: list[int]) -> str:
     """CPU ids as text: "4-7" for a contiguous run, else "0,2,5"."""
     return f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 2 and cpus == list(range(cpus[0], cpus[-1] + 1)) else \
@@ -299,9 +329,13 @@ class DomainFront:
         self.restarts = 0
         self.completed = 0
         self._slots: list = [None] * len(places)
+        from bobox_sched.domains.shared_arrays import ArrayShare
         from bobox_sched.domains.shm import sweep_stale
 
         sweep_stale()
+        self._share = ArrayShare()  # large plan arrays, sent once through shared memory
+        self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, blob): pickled once
+        self._plan_ids = itertools.count(1)
         _lifecycle.adopt(self)
         try:
             doms = [_Domain(i, cpus, node) for i, (cpus, node) in enumerate(places)]
@@ -400,18 +434,29 @@ class DomainFront:
             self._changed.wait(1.0)  # every domain of it is restarting
 
     def submit(self, plan, node: int | None = None, parallelism=None, ordering=None) -> DomainHandle:
-        import cloudpickle
-
         from bobox_sched.core.plan import Plan
+        from bobox_sched.domains.shared_arrays import dumps
 
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
         plan.validate()
-        try:
-            blob = cloudpickle.dumps(plan)
-        except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
-            raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} (an "
-                             "operator holds something of this process, e.g. a StreamChannel fed from here)") from None
+        fp = _fingerprint(plan)
+        with self._lock:
+            hit = self._plans.get(id(plan))
+        if hit is not None and hit[0]() is plan and hit[1] == fp:
+            pid, blob = hit[2], hit[3]
+        else:
+            try:
+                blob = dumps(plan, self._share)
+            except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
+                raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} (an "
+                                 "operator holds something of this process, e.g. a StreamChannel fed from "
+                                 "here)") from None
+            pid = next(self._plan_ids)
+            with self._lock:
+                if len(self._plans) >= 4 * PLAN_CACHE:  # forget the collected plans' entries
+                    self._plans = {k: v for k, v in self._plans.items() if v[0]() is not None}
+                self._plans[id(plan)] = (weakref.ref(plan), fp, pid, blob)
         kw = {k: v for k, v in (("parallelism", parallelism), ("ordering", ordering)) if v is not None}
         with self._lock:
             d = self._pick(node)
@@ -419,7 +464,7 @@ class DomainFront:
             h.domain = d.slot
             d.running[h.id] = h
         try:
-            d.send(("submit", h.id, blob, kw))
+            d.submit(h.id, pid, blob, kw)
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
         return h
@@ -515,7 +560,9 @@ class DomainFront:
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         with self._lock:
-            if self._closing and not wait:
+            if self._closing:
+                if wait:
+                    self._join([d for d in self._slots if d is not None])
                 return
             self._closing = True
             doms = [d for d in self._slots if d is not None]
@@ -532,10 +579,16 @@ class DomainFront:
             except OSError:
                 pass
         if wait:
-            for d in doms:
-                d.proc.wait()
-                for h in list(d.running.values()):
-                    h.future.exception()  # its reader has failed or finished them by now
+            self._join(doms)
+        else:  # the shared arrays go once the domains that map them are gone
+            threading.Thread(target=self._join, args=(doms,), name="bobox-domains-closer").start()
+
+    def _join(self, doms: list) -> None:
+        for d in doms:
+            d.proc.wait()
+            for h in list(d.running.values()):
+                h.future.exception()  # its reader has failed or finished them by now
+        self._share.close()
 
     def __repr__(self) -> str:
         return f"<DomainFront policy={self.policy_name!r} domains={len(self._places)} workers={len(self.workers)}>"

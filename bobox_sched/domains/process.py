@@ -18,7 +18,7 @@ front -> domain                             domain -> front
 ==========================================  ============================================
 ``("init", kwargs, sys_path, init_fn)``     ``("ready", pid, cpus, workers)`` or
                                             ``("failed", error_line)``
-``("submit", rid, plan_bytes, kw)``         ``("done", rid, ok, payload)``: payload is
+``("submit", rid, pid, bytes|None, kw)``    ``("done", rid, ok, payload)``: payload is
                                             the result, or the exception (cloudpickle
                                             bytes; the exception's text if it cannot be)
 ``("cancel", rid)``                         (the request ends as cancelled: ``done``)
@@ -34,7 +34,11 @@ front -> domain                             domain -> front
 ``("shutdown",)``                           the process exits
 ==========================================  ============================================
 
-Who touches what: the main thread reads the pipe and submits; a request's end is
+A plan's bytes come with the first request of it that a domain gets; later ones name it
+by plan id (``PLAN_CACHE``: an LRU that the front mirrors message by message).
+
+Who touches what: the main thread reads the pipe, unpickles and submits (``plans`` is
+its own); a request's end is
 reported by the worker thread that ends it (``add_done_callback``), and several may end
 at once, so every send takes ``send_lock`` (a ``Connection`` is not safe for concurrent
 writers). ``handles`` (rid -> handle) is written by the main thread on submit and
@@ -48,6 +52,12 @@ import os
 import pickle
 import sys
 import threading
+from collections import OrderedDict
+
+# Plans a domain keeps unpickled (an LRU of plan ids): a plan resubmitted unchanged travels
+# once. The front mirrors the cache (front._Domain.submit), so both sides must use this
+# one rule. 256: more distinct plans than the main job's mix (8) times its decompositions.
+PLAN_CACHE = 256
 
 # BOOT runs before anything else in the domain process: affinity and memory policy first,
 # so that the interpreter's and numpy's first pages come from the domain's node.
@@ -142,6 +152,7 @@ def main(fd: int) -> None:
         return
     send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
     handles: dict = {}
+    plans: OrderedDict = OrderedDict()  # plan id -> Plan, the LRU the front mirrors
 
     def finished(rid, h) -> None:
         handles.pop(rid, None)
@@ -165,9 +176,21 @@ def main(fd: int) -> None:
                 break
             tag = msg[0]
             if tag == "submit":
-                _, rid, blob, kw = msg
+                _, rid, pid, blob, kw = msg
                 try:
-                    plan = cloudpickle.loads(blob)
+                    if blob is not None:  # new to us: unpickle and keep (front's mirror does the same)
+                        plans[pid] = None  # its slot first: a plan that fails to load still takes one
+                        if len(plans) > PLAN_CACHE:
+                            plans.popitem(last=False)
+                        try:
+                            plans[pid] = cloudpickle.loads(blob)
+                        except Exception as e:  # noqa: BLE001 - kept: every request of this plan fails with it
+                            plans[pid] = e
+                    else:
+                        plans.move_to_end(pid)
+                    plan = plans[pid]
+                    if isinstance(plan, BaseException):
+                        raise plan
                     h = sched.submit(plan, **kw)
                 except Exception as e:  # noqa: BLE001 - a bad plan fails its request
                     send(("done", rid, False, _dump_exception(e)))
