@@ -120,6 +120,10 @@ def test_stats_add_up_over_the_domains(two):
     h = two.submit(sum_plan(100))
     h.result(60)
     assert h.stats["elapsed_s"] > 0 and h.stats["operators"] == 3 and h.failed_operator is None
+    hs = [two.submit_to(1, sum_plan(100)) for _ in range(3)]  # whatever the load: domain 1
+    assert [h.result(60) for h in hs] == [3 * 4950] * 3 and {h.domain for h in hs} == {1}
+    with pytest.raises(ValueError, match="domain must be 0 to 1, got 2"):
+        two.submit_to(2, sum_plan(10))
 
 
 def _mark_domain():

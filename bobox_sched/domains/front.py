@@ -421,19 +421,28 @@ class DomainFront:
         self._reader(nd)
 
     # -- the Scheduler's methods -----------------------------------------------------------
-    def _pick(self, node: int | None) -> _Domain:
-        """The least loaded live domain (of `node` if given); caller holds ``_lock``."""
+    def _pick(self, node: int | None, slot: int | None = None) -> _Domain:
+        """The least loaded live domain (of `node` if given; slot `slot` if given);
+        caller holds ``_lock``."""
         while True:
             if self._closing:
                 raise SchedulerShutdown("the scheduler is shut down: no new requests")
-            live = [d for d in self._slots if d is not None and (node is None or d.node == node)]
+            live = [d for d in self._slots if d is not None and (node is None or d.node == node)
+                    and (slot is None or d.slot == slot)]
             if live:
                 return min(live, key=lambda d: (len(d.running) / max(d.workers, 1), d.slot))
             if node is not None and not any(n == node for _, n in self._places):
                 raise ValueError(f"no domain on node {node}")
             self._changed.wait(1.0)  # every domain of it is restarting
 
-    def submit(self, plan, node: int | None = None, parallelism=None, ordering=None) -> DomainHandle:
+    def submit_to(self, domain: int, plan, parallelism=None, ordering=None) -> DomainHandle:
+        """``submit`` to domain slot `domain` (0 .. len(domains) - 1), whatever its load:
+        e.g. to warm every domain up (kernels loaded, pools filled) before timing."""
+        if not isinstance(domain, int) or not 0 <= domain < len(self._places):
+            raise ValueError(f"domain must be 0 to {len(self._places) - 1}, got {domain!r}")
+        return self.submit(plan, None, parallelism, ordering, _slot=domain)
+
+    def submit(self, plan, node: int | None = None, parallelism=None, ordering=None, _slot=None) -> DomainHandle:
         from bobox_sched.core.plan import Plan
         from bobox_sched.domains.shared_arrays import dumps
 
@@ -459,7 +468,7 @@ class DomainFront:
                 self._plans[id(plan)] = (weakref.ref(plan), fp, pid, blob)
         kw = {k: v for k, v in (("parallelism", parallelism), ("ordering", ordering)) if v is not None}
         with self._lock:
-            d = self._pick(node)
+            d = self._pick(node, _slot)
             h = DomainHandle(self, next(self._ids), plan.name)
             h.domain = d.slot
             d.running[h.id] = h

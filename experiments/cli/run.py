@@ -121,6 +121,9 @@ def run(args) -> int:
         # cached on disk the first time ever) and fills the packet pools.
         print("warming up (kernels, packet pools) ...", file=sys.stderr)
         run_mix(s, plans, 1, progress=False)
+        for i in range(len(doms or ())):  # domains: each loads its own kernels, fills its own pools
+            for h in [s.submit_to(i, p) for p in plans.values()]:
+                h.result()
         res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
     print(format_table(res))
     if args.output is not None:
