@@ -8,7 +8,11 @@ figures that exist so far), measured side by side in one run.
   the ratio is the median in-process time over the median domains time. The domain
   processes start before the clock does (once per Scheduler, as in use);
 * ``hop_us`` and ``stream_ns_per_descriptor``: the descriptor ring between two
-  processes (``experiments/ring_bench.py``), what a packet crossing domains will pay.
+  processes (``experiments/ring_bench.py``), what a packet crossing domains will pay;
+* a crash (``crash_check``): one of two domains killed while 8 requests run (their plan
+  holds a 2 MiB array, so a shared segment exists): ``crash_failed`` /
+  ``crash_completed`` requests, whether the completed ones and two requests after the
+  restart gave the right answer, and ``leaked_segments`` after shutdown.
 
 Every copy's answer is checked against the arithmetic (the plan sums a known series).
 """
@@ -78,6 +82,53 @@ def _mix(s, packets: int, loops: int, requests: int) -> float:
     return dt
 
 
+def crash_check(packets: int, loops: int, requests: int = 8) -> dict:
+    """A domain killed (SIGKILL) while a mix runs on two: how many requests failed, whether
+    every other one gave the right answer, whether the domain came back (a request after
+    it), and how many of our shared-memory segments are left once the Scheduler is shut
+    down (``shm.ours()``: this process's)."""
+    import signal
+
+    from bobox_sched.domains import shm
+    from bobox_sched.domains.front import DomainDied
+
+    want = 64 * packets * (packets - 1) // 2
+    ok = died = wrong = 0
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        big = np.arange(1 << 18, dtype=np.int64)  # a 2 MiB plan array: a shared segment exists during the crash
+        plan = gil_plan(packets, loops)
+        plan.add("ballast", _Ballast, big)
+        hs = [s.submit(plan) for _ in range(requests)]
+        os.kill(s.domains[0]["pid"], signal.SIGKILL)
+        for h in hs:
+            try:
+                got = h.result(600)
+            except DomainDied:
+                died += 1
+                continue
+            ok += 1
+            wrong += got != want
+        deadline = time.monotonic() + 120
+        while s.stats()["restarts"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = [s.submit_to(i, plan).result(600) for i in range(2)]
+    return {"crash_failed": died, "crash_completed": ok, "crash_other_answers_equal": wrong == 0,
+            "crash_restarted_answers_equal": after == [want, want], "leaked_segments": len(shm.ours())}
+
+
+class _Ballast(StreamOperator):
+    """An operator with no ports that only holds a large array (so the plan has one)."""
+
+    inputs = ()
+    outputs = ()
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def process(self, ctx):
+        ctx.finish()
+
+
 def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None = None, repeat: int = 3,
                   rounds: int = 20_000) -> dict:
     from experiments.ring_bench import bench_ring
@@ -92,6 +143,7 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
             t_in.append(_mix(one, packets, loops, requests))
             t_dom.append(_mix(many, packets, loops, requests))
     ring = bench_ring(rounds, 500_000)
+    crash = crash_check(packets, loops)
     a, b = statistics.median(t_in), statistics.median(t_dom)
     return {
         "gil_bound_speedup": round(a / b, 3),
@@ -107,6 +159,7 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
         "hop_p90_us": ring["hop_p90_us"],
         "stream_ns_per_descriptor": ring["stream_ns_per_descriptor"],
         "handoff_us": ring["handoff_us"],
+        **crash,
     }
 
 

@@ -312,6 +312,8 @@ def test_bench_domains_command():
     # the ratio of the medians (the printed times are rounded to the millisecond)
     assert abs(out["gil_bound_speedup"] / (out["in_process_s"] / out["domains_s"]) - 1) < 0.05
     assert "gil_bound_speedup" in r.stdout.splitlines()[0]
+    assert out["crash_failed"] + out["crash_completed"] == 8 and out["crash_other_answers_equal"] is True
+    assert out["crash_restarted_answers_equal"] is True and out["leaked_segments"] == 0
 
 
 def test_a_plan_travels_once_per_domain_and_changes_are_seen(two):

@@ -173,6 +173,9 @@ def run(args) -> int:
         print(f"descriptor hop between two processes: {r['hop_us']} us one way (p90 {r['hop_p90_us']}), both sides "
               f"spinning; {r['stream_ns_per_descriptor']} ns per descriptor streamed; a sleeping thread's wake-up "
               f"costs {r['handoff_us']} us here")
+        print(f"a domain killed mid-mix: {r['crash_failed']} requests failed with it, {r['crash_completed']} "
+              f"completed (right answers: {r['crash_other_answers_equal']}); after its restart right answers: "
+              f"{r['crash_restarted_answers_equal']}; shared-memory segments left: {r['leaked_segments']}")
     elif args.bench == "idle":
         r = bench_idle(args.seconds, args.policy)
         print(f"{r['policy']}: idle scheduler with {r['workers']} workers used "
