@@ -404,3 +404,15 @@ def test_large_arrays_travel_once_through_shared_memory():
             s.submit(w).result(60)
     assert not [n for n in shm.ours() if n.endswith("-array")]  # unlinked with the Scheduler
     assert x[0] == 0
+
+
+def test_a_bad_option_fails_as_in_process_and_leaves_no_process():
+    from bobox_sched.core.errors import BoboxError
+
+    with pytest.raises(BoboxError, match="unknown policy 'nope'") as here:
+        Scheduler(policy="nope")
+    with pytest.raises(BoboxError, match="unknown policy 'nope'") as there:
+        Scheduler(domains=2, policy="nope")
+    assert str(there.value) == str(here.value)
+    out = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
+    assert not [ln for ln in out.splitlines() if ln.split(None, 1)[0] == str(os.getpid()) and "sched_setaffinity" in ln]

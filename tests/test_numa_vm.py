@@ -141,7 +141,8 @@ def guest2():
     env = primed("two-node", ["tpch_mix", "regions_numa", "tstream_numa"], 2, 2, data,
                  commands=(["experiment", "numa-factor", "--quick", "--repeat", "1", "--out", str(out), "--data",
                                data["BOBOX_VM_DATA"], "--no-progress", "--bytes", "4M"],))
-    return run_guest(["topology", "sched_pinning", "sched_locality", "experiments", "regions_numa", "tstream_numa"],
+    return run_guest(["topology", "sched_pinning", "sched_locality", "experiments", "regions_numa", "tstream_numa",
+                      "domains_numa"],
                      nodes=2, distances=DISTANCES_2, cpus_per_node=2, timeout=2400, env={**env, **data})
 
 
@@ -160,6 +161,20 @@ def test_packets_land_on_the_consuming_workers_node(guest2):
     # packet consumed on another node than it was produced on (a shared request) can be
     # remote; the design keeps that rare.
     assert loc["local_fraction"] >= 0.95, loc
+
+
+def test_two_domains_each_on_its_node_with_local_packets(guest2):
+    """domains="auto" (2 CPUs per domain) on 2 nodes x 2 CPUs: one domain per node, each
+    process pinned to its node's CPUs and preferring its memory (the kernel's answers),
+    both ran work, and consumed packets' pages are on the consumer's node."""
+    r = result(guest2, "domains_numa")
+    assert [(d["cpus"], d["node"]) for d in r["domains"]] == [([0, 1], 0), ([2, 3], 1)]
+    assert [d["kernel_cpus"] for d in r["domains"]] == ["0-1", "2-3"]
+    for k, d in enumerate(r["domains"]):  # the process prefers its node; bobox's own mbind()s name it too
+        assert f"prefer:{k}" in d["policies"], d
+        assert all(p in ("local", "default") or p.endswith(f":{k}") for p in d["policies"]), d
+    assert all(t > 0 for t in r["tasks"]) and r["pages"] > 0
+    assert r["local_fraction"] >= 0.95, r
 
 
 def test_numa_experiments_on_two_nodes(guest2):

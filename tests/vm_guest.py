@@ -134,6 +134,32 @@ def sched_locality():
 
 
 @check
+def domains_numa():
+    """Scheduler(domains="auto", domain_workers=2) on the 2-node guest: each domain's CPU
+    mask and memory policy as the kernel reports them (/proc/PID/status, numa_maps), the
+    tasks each ran, and the pages of consumed packets on the consuming worker's node."""
+    from experiments.bench import heavy_plan
+
+    from bobox_sched import Scheduler
+
+    with Scheduler(domains="auto", domain_workers=2, locality_sample=1) as s:
+        plan = heavy_plan(12, 1)
+        for h in [s.submit(plan) for _ in range(8)]:
+            h.result(300)
+        st = s.stats()
+        doms = []
+        for d in s.domains:
+            with open(f"/proc/{d['pid']}/status") as f:
+                allowed = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list"))
+            with open(f"/proc/{d['pid']}/numa_maps") as f:
+                policies = sorted({ln.split()[1] for ln in f if len(ln.split()) > 1})
+            doms.append({**d, "kernel_cpus": allowed, "policies": policies})
+    loc = st["locality"]
+    return {"domains": doms, "tasks": [d["stats"]["tasks"] for d in st["domains"]], "pages": loc["pages"],
+            "local_fraction": loc["local_fraction"]}
+
+
+@check
 def sched_balance():
     """Requests forced onto node 0 while the other nodes idle: what the balancer did."""
     import numpy as np

@@ -242,9 +242,9 @@ class _Domain:
         except EOFError:
             raise RuntimeError(f"domain {self.slot} (CPUs {cpu_ranges(self.cpus)}) ended while starting: "
                                f"{_ended(self.proc.wait())}") from None
-        if msg[0] == "failed":
+        if msg[0] == "failed":  # its Scheduler(...) or domain_init raised: the same exception here
             self.proc.wait()
-            raise ValueError(msg[1])
+            raise pickle.loads(msg[1])
         _, self.pid, _, self.workers = msg
 
 

@@ -17,7 +17,7 @@ user's ``__main__`` or a notebook work):
 front -> domain                             domain -> front
 ==========================================  ============================================
 ``("init", kwargs, sys_path, init_fn)``     ``("ready", pid, cpus, workers)`` or
-                                            ``("failed", error_line)``
+                                            ``("failed", exception)`` (cloudpickled)
 ``("submit", rid, pid, bytes|None, kw)``    ``("done", rid, ok, payload)``: payload is
                                             the result, or the exception (cloudpickle
                                             bytes; the exception's text if it cannot be)
@@ -141,14 +141,14 @@ def main(fd: int) -> None:
         try:
             cloudpickle.loads(init)()
         except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
-            send(("failed", f"domain_init failed: {type(e).__name__}: {e}"))
+            send(("failed", _dump_exception(ValueError(f"domain_init failed: {type(e).__name__}: {e}"))))
             return
     from bobox_sched.core.scheduler import Scheduler
 
     try:
         sched = Scheduler(**kwargs)
     except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
-        send(("failed", f"{type(e).__name__}: {e}"))
+        send(("failed", _dump_exception(e)))
         return
     send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
     handles: dict = {}
