@@ -95,9 +95,16 @@ def test_two_domains_run_plans_from_modules(two):
     doms = two._core.domains
     assert len(doms) == 2 and {d["pid"] for d in doms}.isdisjoint({os.getpid()})
     assert sorted(c for d in doms for c in d["cpus"]) == sorted(os.sched_getaffinity(0))
+    slow = Plan("slow")  # still running when the next request is placed
+    slow.add("src", Range, 1000, 100)
+    slow.add("slow", Slow, 0.02)
+    slow.add("sink", SumSink)
+    slow.chain("src", "slow", "sink")
+    first = two.submit(slow)
     hs = [two.submit(sum_plan(10_000 + i)) for i in range(6)]
     assert [h.result(60) for h in hs] == [3 * (n * (n - 1) // 2) for n in range(10_000, 10_006)]
-    assert {h.domain for h in hs} == {0, 1}  # placed on the least loaded: both used
+    assert first.result(60) == 1000 * 999 // 2
+    assert first.domain == 0 and hs[0].domain == 1  # the least loaded gets the next request
     st = two.stats()
     assert st["workers"] == 2 and len(st["domains"]) == 2 and st["completed"] >= 6
     assert all(isinstance(d["stats"], dict) and d["stats"]["workers"] == 1 for d in st["domains"])
@@ -142,8 +149,8 @@ def test_domain_init_runs_in_every_domain_before_its_runtime():
         p.add("src", Range, 10, 10)
         p.add("sink", EnvSink)
         p.chain("src", "sink")
-        hs = [s.submit(p) for _ in range(2)]
-        assert [h.result(60) for h in hs] == ["ran", "ran"] and {h.domain for h in hs} == {0, 1}
+        hs = [s.submit_to(i, p) for i in range(2)]
+        assert [h.result(60) for h in hs] == ["ran", "ran"]
     assert "BOBOX_TEST_DOMAIN_INIT" not in os.environ  # it ran there, not here
 
     def broken():
@@ -255,8 +262,8 @@ def test_a_killed_domain_fails_only_its_requests_and_comes_back():
             time.sleep(0.05)
         assert front.restarts == 1 and [d["cpus"] for d in front.domains][0] == cpus
         assert pid not in {d["pid"] for d in front.domains}
-        hs = [s.submit(sum_plan(1000)) for _ in range(4)]
-        assert [h.result(60) for h in hs] == [3 * 499500] * 4 and {h.domain for h in hs} == {0, 1}
+        hs = [s.submit_to(i % 2, sum_plan(1000)) for i in range(4)]
+        assert [h.result(60) for h in hs] == [3 * 499500] * 4
 
 
 def test_shutdown_ends_the_processes_and_refuses_requests():
@@ -325,7 +332,7 @@ def test_a_plan_travels_once_per_domain_and_changes_are_seen(two):
 
     front = two._core
     p = sum_plan(2000)
-    hs = [two.submit(p) for _ in range(6)]
+    hs = [two.submit_to(i % 2, p) for i in range(6)]  # to each domain (placement alone may pick one)
     assert [h.result(60) for h in hs] == [3 * 1999000] * 6
     pid = front._plans[id(p)][2]
     assert all(pid in d.cached for d in front._slots)  # each domain got it (once: the mirror says so)
@@ -339,12 +346,12 @@ def test_a_plan_travels_once_per_domain_and_changes_are_seen(two):
     pid_q = front._plans[id(q)][2]
     q.place("t2", 0)  # a change the fingerprint sees: a new plan id
     assert two.submit(q).result(60) == 9 * 1999000 and front._plans[id(q)][2] not in (pid, pid_q)
-    many = [sum_plan(10 + i) for i in range(2 * PLAN_CACHE + 60)]  # spread over both domains
+    many = [sum_plan(10 + i) for i in range(2 * PLAN_CACHE + 60)]  # alternately to both domains
     for i in range(0, len(many), 40):
-        for h in [two.submit(m) for m in many[i:i + 40]]:
+        for h in [two.submit_to(k % 2, m) for k, m in enumerate(many[i:i + 40], i)]:
             h.result(60)
     assert all(len(d.cached) == PLAN_CACHE for d in front._slots)
-    first = [two.submit(m) for m in many[:10]]  # evicted on both sides: their bytes travel again
+    first = [two.submit_to(k % 2, m) for k, m in enumerate(many[:10])]  # evicted on both sides: sent again
     assert [h.result(60) for h in first] == [3 * (n * (n - 1) // 2) for n in range(10, 20)]
 
 
@@ -416,3 +423,81 @@ def test_a_bad_option_fails_as_in_process_and_leaves_no_process():
     assert str(there.value) == str(here.value)
     out = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
     assert not [ln for ln in out.splitlines() if ln.split(None, 1)[0] == str(os.getpid()) and "sched_setaffinity" in ln]
+
+
+def _boom():
+    raise ZeroDivisionError("factory failed in the domain")
+
+
+def test_submit_errors_do_not_stop_a_domain(two):
+    """A bad `ordering` is refused by submit() itself, as in-process; a plan whose
+    operator cannot be made fails its request (in the domain) without taking the domain's
+    reader down; the next requests run."""
+    with pytest.raises(ValueError, match="ordering= needs parallelism="):
+        two.submit(sum_plan(10), ordering="rows")
+    p = Plan("bad-factory")
+    p.add("src", Range, 10, 10)
+    p.add("x", _boom)
+    p.add("sink", SumSink)
+    p.chain("src", "x", "sink")
+    for _ in range(2):  # twice: the second names the cached plan
+        with pytest.raises(ZeroDivisionError, match="factory failed in the domain"):
+            two.submit(p).result(60)
+    assert [two.submit(sum_plan(100)).result(60) for _ in range(3)] == [3 * 4950] * 3
+    h = two.submit(sum_plan(10))
+    assert h.state in ("active", "done") and (h.result(60), h.state) == (135, "done")
+
+
+def test_shutdown_twice_and_from_a_done_callback():
+    import threading
+
+    s = Scheduler(domains=2, threads_per_node=1)
+    slow = Plan("slow")
+    slow.add("src", Range, 2000, 100)
+    slow.add("slow", Slow, 0.02)
+    slow.add("sink", SumSink)
+    slow.chain("src", "slow", "sink")
+    long = s.submit(slow)
+    ended = threading.Event()
+
+    def stop(_h):  # runs on the front's reader thread of the short request's domain
+        s.shutdown(wait=True)
+        ended.set()
+
+    short = s.submit(sum_plan(10))
+    short.add_done_callback(stop)
+    assert ended.wait(120) and long.done() and long.result(0) == 2000 * 1999 // 2
+    s.shutdown(wait=False)  # again, both ways: no deadlock
+    s.shutdown(wait=True)
+
+
+def test_with_block_that_raises_cancels_what_runs():
+    e = Plan("endless")
+    e.add("src", Endless)
+    e.add("sink", CountSink)
+    e.chain("src", "sink")
+    with pytest.raises(KeyError):
+        with Scheduler(domains=2, threads_per_node=1) as s:
+            h = s.submit(e)
+            raise KeyError("leave")
+    with pytest.raises(RequestCancelled):
+        h.result(60)
+
+
+def test_shared_structured_arrays_keep_their_fields_and_stay_read_only():
+    import pickle
+
+    from bobox_sched.domains.shared_arrays import ArrayShare, dumps
+
+    share = ArrayShare()
+    try:
+        x = np.zeros(100_000, dtype=[("a", "<i8"), ("b", "<f8")])  # 1.6 MB: shared
+        x["a"] = np.arange(100_000)
+        back = pickle.loads(dumps({"x": x}, share))["x"]
+        assert back.dtype == x.dtype and np.array_equal(back["a"], x["a"])
+        with pytest.raises(ValueError):
+            back.flags.writeable = True  # the mapping itself is read-only
+    finally:
+        share.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        dumps({"x": x}, share)

@@ -183,3 +183,23 @@ def test_bench_ring_bad_input():
 
     r = clirun.bobox("bench", "ring", "--rounds", "0", timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_wrong_shapes_are_refused_before_the_kernels():
+    """The nogil kernels trust their arguments; the wrapper checks them (a wrong one once
+    read past the descriptor and corrupted the heap)."""
+    r = _ring(4, 4)
+    for bad in ([1, 2], np.zeros(5, np.int64)):
+        with pytest.raises(ValueError, match="4 int64 words"):
+            r.push(bad)
+    with pytest.raises(ValueError, match="4 columns"):
+        r.pop_many(np.zeros((2, 2), np.int64))
+    with pytest.raises(ValueError, match="4 columns"):
+        r.push_many(np.zeros((3, 4), np.float64))
+    for n in (-3, 5):
+        with pytest.raises(ValueError, match="n must be 0 to 1"):
+            r.push_many(np.zeros((1, 4), np.int64), n)
+    raw = np.zeros(ring_words(4, 4) + 1, np.int64).view(np.uint8)[1:1 + 8 * ring_words(4, 4)].view(np.int64)
+    with pytest.raises(ValueError, match="8-byte aligned"):
+        Ring.create(raw, 4, 4)
+    assert len(r) == 0

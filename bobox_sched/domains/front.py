@@ -185,7 +185,7 @@ class DomainHandle:
     @property
     def state(self) -> str:
         if not self.future.done():
-            return "running"
+            return "active"  # Request.ACTIVE's name
         exc = self.future.exception()
         return "done" if exc is None else ("cancelled" if isinstance(exc, RequestCancelled) else "failed")
 
@@ -204,6 +204,7 @@ class _Domain:
         self.workers = 0
         self.stats_waiting: dict = {}
         self.cached: OrderedDict = OrderedDict()  # plan ids the domain holds unpickled (send_lock)
+        self.reader: threading.Thread | None = None
         ours, theirs = socket.socketpair()
         from multiprocessing.connection import Connection
 
@@ -222,20 +223,22 @@ class _Domain:
         ``cached`` mirrors that cache: the same LRU rule (``process.PlanCache``) applied
         to the same sequence of plan ids, in pipe order (both under ``send_lock``)."""
         with self.send_lock:
-            if pid in self.cached:
+            hit = pid in self.cached
+            data = pickle.dumps(("submit", rid, pid, None if hit else blob, kw), protocol=5)
+            self.conn.send_bytes(data)  # the mirror changes only once the message is out
+            if hit:
                 self.cached.move_to_end(pid)
-                msg = ("submit", rid, pid, None, kw)
             else:
                 self.cached[pid] = True
                 if len(self.cached) > PLAN_CACHE:
                     self.cached.popitem(last=False)
-                msg = ("submit", rid, pid, blob, kw)
-            self.conn.send_bytes(pickle.dumps(msg, protocol=5))
 
     def start(self, kwargs: dict, init: bytes | None) -> None:
         self.send(("init", kwargs, list(sys.path), init))
         if not self.conn.poll(START_TIMEOUT_S):
             self.proc.kill()
+            self.proc.wait()
+            self.conn.close()
             raise RuntimeError(f"domain {self.slot} (CPUs {cpu_ranges(self.cpus)}) did not start in {START_TIMEOUT_S:g} s")
         try:
             msg = pickle.loads(self.conn.recv_bytes())
@@ -335,6 +338,7 @@ class DomainFront:
         sweep_stale()
         self._share = ArrayShare()  # large plan arrays, sent once through shared memory
         self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, blob): pickled once
+        self._dead: dict = {}  # slot -> why: a domain that died and could not be restarted
         self._plan_ids = itertools.count(1)
         _lifecycle.adopt(self)
         try:
@@ -354,38 +358,49 @@ class DomainFront:
 
     # -- the reader of each domain --------------------------------------------------------
     def _reader(self, d: _Domain) -> None:
-        t = threading.Thread(target=self._read, args=(d,), name=f"bobox-domain-{d.slot}", daemon=True)
+        t = d.reader = threading.Thread(target=self._read, args=(d,), name=f"bobox-domain-{d.slot}", daemon=True)
         t.start()
 
     def _read(self, d: _Domain) -> None:
-        while True:
-            try:
-                msg = pickle.loads(d.conn.recv_bytes())
-            except (EOFError, OSError):
-                break
-            if msg[0] == "done":
-                _, rid, ok, payload, stats = msg
-                with self._lock:
-                    h = d.running.pop(rid, None)
-                    self.completed += 1
-                    self._changed.notify_all()
-                if h is None:
-                    continue
-                h._stats, h._failed = stats
+        try:
+            while True:
                 try:
-                    value = pickle.loads(payload)
-                except Exception as e:  # noqa: BLE001 - e.g. a result class this process cannot import
-                    ok, value = False, RuntimeError(f"request {rid}: its result could not be read here: "
-                                                    f"{type(e).__name__}: {e}")
-                if ok:
-                    h.future.set_result(value)
-                else:
-                    h.future.set_exception(value)
-            elif msg[0] == "stats":
-                f = d.stats_waiting.pop(msg[1], None)
-                if f is not None:
-                    f.set_result(msg[2])
-        self._lost(d)
+                    msg = pickle.loads(d.conn.recv_bytes())
+                except (EOFError, OSError):
+                    break
+                try:
+                    self._handle(d, msg)
+                except Exception:  # noqa: BLE001 - one bad message (or a user callback's error) must not end the reader
+                    import traceback
+
+                    print(f"bobox: domain {d.slot}: error handling a {msg[0]!r} message:", file=sys.stderr)
+                    traceback.print_exc()
+        finally:
+            self._lost(d)
+
+    def _handle(self, d: _Domain, msg: tuple) -> None:
+        if msg[0] == "done":
+            _, rid, ok, payload, stats = msg
+            with self._lock:
+                h = d.running.pop(rid, None)
+                self.completed += 1
+                self._changed.notify_all()
+            if h is None:
+                return
+            h._stats, h._failed = stats
+            try:
+                value = pickle.loads(payload)
+            except Exception as e:  # noqa: BLE001 - e.g. a result class this process cannot import
+                ok, value = False, RuntimeError(f"request {rid}: its result could not be read here: "
+                                                f"{type(e).__name__}: {e}")
+            if ok:
+                h.future.set_result(value)
+            else:
+                h.future.set_exception(value)
+        elif msg[0] == "stats":
+            f = d.stats_waiting.pop(msg[1], None)
+            if f is not None:
+                f.set_result(msg[2])
 
     def _lost(self, d: _Domain) -> None:
         """`d`'s pipe ended: after shutdown, normal; else it died (module doc)."""
@@ -396,24 +411,29 @@ class DomainFront:
             closing = self._closing
             if not closing and self._slots[d.slot] is d:
                 self._slots[d.slot] = None
-        for f in d.stats_waiting.values():
-            f.set_result(None)
         err = None if closing else DomainDied(
             f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
             if not h.future.done():
                 h.future.set_exception(err or SchedulerShutdown("the scheduler shut down before the request ended"))
+        for f in list(d.stats_waiting.values()):  # a copy: an _ask that times out pops its own entry
+            if not f.done():
+                f.set_result(None)
         if closing:
             return
         try:  # a fresh domain on the same CPUs
             nd = _Domain(d.slot, d.cpus, d.node)
             nd.start(self._kwargs, self._init)
-        except Exception as e:  # noqa: BLE001 - reported once; the slot stays empty
-            print(f"bobox: domain {d.slot} could not be restarted: {e}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - the slot stays empty: _pick raises for it from now on
+            with self._lock:
+                self._dead[d.slot] = f"domain {d.slot} (CPUs {cpu_ranges(d.cpus)}) died and could not be restarted: {e}"
+                self._changed.notify_all()
+            print(f"bobox: {self._dead[d.slot]}", file=sys.stderr)
             return
         with self._lock:
             if self._closing:
                 nd.send(("shutdown",))
+                nd.proc.wait()
                 return
             self._slots[d.slot] = nd
             self.restarts += 1
@@ -433,6 +453,10 @@ class DomainFront:
                 return min(live, key=lambda d: (len(d.running) / max(d.workers, 1), d.slot))
             if node is not None and not any(n == node for _, n in self._places):
                 raise ValueError(f"no domain on node {node}")
+            wanted = [i for i, (_, n) in enumerate(self._places) if (node is None or n == node)
+                      and (slot is None or i == slot)]
+            if all(i in self._dead for i in wanted):
+                raise DomainDied(self._dead[wanted[0]])
             self._changed.wait(1.0)  # every domain of it is restarting
 
     def submit_to(self, domain: int, plan, parallelism=None, ordering=None) -> DomainHandle:
@@ -448,6 +472,16 @@ class DomainFront:
 
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
+        if self._closing:  # before anything is pickled or shared
+            raise SchedulerShutdown("cannot submit: the scheduler is shut down")
+        if parallelism is not None:  # the rewrite runs here, as in-process: its errors come from submit()
+            from bobox_sched.core import extensions
+            from bobox_sched.core.limits import check_degree_cap
+
+            check_degree_cap(parallelism, "parallelism")
+            plan = extensions.plan_rewrite("parallelize")(plan, degree=parallelism, ordering=ordering)
+        elif ordering is not None:
+            raise ValueError("ordering= needs parallelism=")
         plan.validate()
         fp = _fingerprint(plan)
         with self._lock:
@@ -466,7 +500,7 @@ class DomainFront:
                 if len(self._plans) >= 4 * PLAN_CACHE:  # forget the collected plans' entries
                     self._plans = {k: v for k, v in self._plans.items() if v[0]() is not None}
                 self._plans[id(plan)] = (weakref.ref(plan), fp, pid, blob)
-        kw = {k: v for k, v in (("parallelism", parallelism), ("ordering", ordering)) if v is not None}
+        kw: dict = {}
         with self._lock:
             d = self._pick(node, _slot)
             h = DomainHandle(self, next(self._ids), plan.name)
@@ -476,6 +510,10 @@ class DomainFront:
             d.submit(h.id, pid, blob, kw)
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
+        except BaseException:
+            with self._lock:
+                d.running.pop(h.id, None)
+            raise
         return h
 
     def map(self, plans, timeout: float | None = None) -> list:
@@ -569,13 +607,14 @@ class DomainFront:
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         with self._lock:
-            if self._closing:
-                if wait:
-                    self._join([d for d in self._slots if d is not None])
-                return
+            again = self._closing
             self._closing = True
             doms = [d for d in self._slots if d is not None]
             self._changed.notify_all()
+        if again:  # a second shutdown: only the waiting (outside the lock: the readers need it)
+            if wait:
+                self._join(doms)
+            return
         for d in doms:
             if cancel:
                 for rid in list(d.running):
@@ -593,11 +632,23 @@ class DomainFront:
             threading.Thread(target=self._join, args=(doms,), name="bobox-domains-closer").start()
 
     def _join(self, doms: list) -> None:
+        """Wait for the domain processes and their readers (so every handle is complete),
+        then unlink the shared arrays. A done callback that shuts down runs on a reader:
+        that reader cannot wait for itself, nor for its domain (whose last messages only it
+        reads), so that one domain is left to end on its own."""
+        me = threading.current_thread()
         for d in doms:
+            if d.reader is me:
+                continue
             d.proc.wait()
-            for h in list(d.running.values()):
-                h.future.exception()  # its reader has failed or finished them by now
-        self._share.close()
+            if d.reader is not None:
+                d.reader.join()
+        own = [d for d in doms if d.reader is me]
+        if not own:
+            self._share.close()
+        else:  # the shared arrays go once that domain has ended too
+            threading.Thread(target=lambda: (own[0].proc.wait(), self._share.close()),
+                             name="bobox-domains-closer").start()
 
     def __repr__(self) -> str:
         return f"<DomainFront policy={self.policy_name!r} domains={len(self._places)} workers={len(self.workers)}>"
@@ -606,7 +657,8 @@ class DomainFront:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.shutdown(wait=True)
+        # as in-process: on an exception in the with-block, don't wait for requests nobody will read
+        self.shutdown(wait=True, cancel=exc_type is not None)
 
 
 def make_front(args: tuple, kwargs: dict, domains, domain_workers):

@@ -129,7 +129,10 @@ def main(fd: int) -> None:
     def send(msg) -> None:
         data = pickle.dumps(msg, protocol=5)
         with send_lock:
-            conn.send_bytes(data)
+            try:
+                conn.send_bytes(data)
+            except OSError:  # the front is gone: nobody to tell (the main loop ends on EOF)
+                pass
 
     tag, kwargs, path, init = pickle.loads(conn.recv_bytes())
     if tag != "init":
@@ -186,14 +189,17 @@ def main(fd: int) -> None:
                             plans[pid] = cloudpickle.loads(blob)
                         except Exception as e:  # noqa: BLE001 - kept: every request of this plan fails with it
                             plans[pid] = e
-                    else:
+                    elif pid in plans:
                         plans.move_to_end(pid)
+                    else:  # the front's mirror and this cache disagree: a bug, reported on the request
+                        raise RuntimeError(f"domain {os.getpid()}: plan {pid} was never sent here (plan cache out "
+                                           "of step with the front's mirror)")
                     plan = plans[pid]
                     if isinstance(plan, BaseException):
                         raise plan
                     h = sched.submit(plan, **kw)
                 except Exception as e:  # noqa: BLE001 - a bad plan fails its request
-                    send(("done", rid, False, _dump_exception(e)))
+                    send(("done", rid, False, _dump_exception(e), (None, None)))
                     continue
                 handles[rid] = h
                 h.add_done_callback(lambda hh, rid=rid: finished(rid, hh))

@@ -135,8 +135,11 @@ def ring_pop_many(r, out):
 
 @njit(nogil=True, cache=True)
 def ring_len(r):
-    """Descriptors queued (a snapshot: exact for either side about its own moves)."""
-    return atomic_load(r, TAIL) - atomic_load(r, HEAD)
+    """Descriptors queued (a snapshot: exact for either side about its own moves). Head
+    first: both only grow, so tail read after it is never behind it."""
+    h = atomic_load(r, HEAD)
+    n = atomic_load(r, TAIL) - h
+    return min(max(n, 0), r[CAP])
 
 
 class Ring:
@@ -149,6 +152,8 @@ class Ring:
     def __init__(self, words: np.ndarray):
         if words.dtype != np.int64 or words.ndim != 1 or words.size < SLOTS:
             raise ValueError("a ring lives in a 1-D int64 array")
+        if words.ctypes.data % 8 or not words.flags.c_contiguous:  # atomics need aligned words
+            raise ValueError("a ring's array must be contiguous and 8-byte aligned")
         cap, w = int(words[CAP]), int(words[WIDTH])
         if cap < 1 or cap & (cap - 1) or not 1 <= w <= MAX_WIDTH or words.size < ring_words(cap, w):
             raise ValueError(f"no ring laid out here (capacity {cap}, width {w}, {words.size} words)")
@@ -166,11 +171,19 @@ class Ring:
         ring_init(words, capacity, width)
         return cls(words)
 
+    # The kernels trust their arguments' shapes (nogil, no bounds checks): these check them.
     def push(self, d) -> bool:
-        return bool(ring_push(self.r, np.asarray(d, np.int64)))
+        d = np.ascontiguousarray(d, np.int64)
+        if d.shape != (self.width,):
+            raise ValueError(f"a descriptor of this ring is {self.width} int64 words, got shape {d.shape}")
+        return bool(ring_push(self.r, d))
 
     def push_many(self, ds: np.ndarray, n: int | None = None) -> int:
-        return int(ring_push_many(self.r, ds, ds.shape[0] if n is None else n))
+        self._rows(ds, "push_many")
+        n = ds.shape[0] if n is None else n
+        if not 0 <= n <= ds.shape[0]:
+            raise ValueError(f"push_many: n must be 0 to {ds.shape[0]}, got {n}")
+        return int(ring_push_many(self.r, ds, n))
 
     def pop(self) -> np.ndarray | None:
         """The oldest descriptor (a new array), or None."""
@@ -178,7 +191,14 @@ class Ring:
         return out if ring_pop(self.r, out) else None
 
     def pop_many(self, out: np.ndarray) -> int:
+        self._rows(out, "pop_many")
         return int(ring_pop_many(self.r, out))
+
+    def _rows(self, a: np.ndarray, what: str) -> None:
+        if not (isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 2 and a.shape[1] == self.width
+                and a.flags.c_contiguous):
+            raise ValueError(f"{what} takes a C-contiguous int64 array of {self.width} columns, got "
+                             f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
 
     def __len__(self) -> int:
         return int(ring_len(self.r))

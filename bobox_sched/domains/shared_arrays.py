@@ -42,10 +42,13 @@ class ArrayShare:
         self._lock = threading.Lock()
         self._by_id: dict = {}  # id(array) -> (weakref to it, (name, dtype, shape))
         self._segments: list[Segment] = []
+        self._closed = False
         self.bytes_shared = 0
 
     def export(self, arr: np.ndarray) -> tuple:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the scheduler's shared arrays are closed (it shut down)")
             hit = self._by_id.get(id(arr))
             if hit is not None and hit[0]() is arr:
                 return hit[1]
@@ -54,7 +57,7 @@ class ArrayShare:
             view[:] = arr.reshape(-1).view(np.uint8)
             del view
             seg.close()
-            meta = (seg.name, arr.dtype.str, arr.shape)
+            meta = (seg.name, arr.dtype, arr.shape)  # the dtype itself: a structured one keeps its fields
             self._by_id[id(arr)] = (weakref.ref(arr), meta)
             self._segments.append(seg)
             self.bytes_shared += arr.nbytes
@@ -63,6 +66,7 @@ class ArrayShare:
     def close(self) -> None:
         """Unlink every segment (the domains' mappings stay valid until they exit)."""
         with self._lock:
+            self._closed = True
             for seg in self._segments:
                 seg.unlink()
             self._segments.clear()
@@ -95,15 +99,15 @@ _attached: dict = {}
 _attach_lock = threading.Lock()
 
 
-def attach(name: str, dtype: str, shape: tuple) -> np.ndarray:
-    """In a domain: the shared array `name`, mapped once, read-only."""
+def attach(name: str, dtype, shape: tuple) -> np.ndarray:
+    """In a domain: the shared array `name`, mapped once, read-only (the mapping itself:
+    no flag can make it writable)."""
     with _attach_lock:
         arr = _attached.get(name)
         if arr is None:
-            seg = Segment.attach(name)
+            seg = Segment.attach(name, readonly=True)
             n = int(np.prod(shape, dtype=np.int64))
             arr = seg.array(np.dtype(dtype), count=n).reshape(shape)
-            arr.flags.writeable = False
             _attached[name] = arr
         return arr
 

@@ -75,11 +75,11 @@ class Segment:
         return cls(name, nbytes, mm, True)
 
     @classmethod
-    def attach(cls, name: str) -> "Segment":
-        fd = os.open(_path(name), os.O_RDWR)
+    def attach(cls, name: str, readonly: bool = False) -> "Segment":
+        fd = os.open(_path(name), os.O_RDONLY if readonly else os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
-            mm = mmap.mmap(fd, size)
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
         return cls(name, size, mm, False)
