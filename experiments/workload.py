@@ -146,17 +146,15 @@ def worker_cpu(sched) -> tuple[float, float, float]:
     if of_domains is not None:
         cpu, wait = of_domains()
         return cpu, wait, 0.0
+    from bobox_sched.core.worker import thread_schedstat
+
     cpu = wait = rel = 0
     for w in sched.workers:
         tid = w.thread.native_id
         rel += released_cpu_ns(tid)
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                a, b, _ = f.read().split()
-        except (OSError, ValueError):
-            continue
-        cpu += int(a)
-        wait += int(b)
+        a, b = thread_schedstat(tid)
+        cpu += a
+        wait += b
     return cpu / 1e9, wait / 1e9, rel / 1e9
 
 

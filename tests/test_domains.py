@@ -41,6 +41,25 @@ def sum_plan(n: int) -> Plan:
     return p
 
 
+def chain(name: str, *ops) -> Plan:
+    """A linear plan of (operator name, factory, args...) steps."""
+    p = Plan(name)
+    for op, factory, *args in ops:
+        p.add(op, factory, *args)
+    p.chain(*[op for op, *_ in ops])
+    return p
+
+
+def endless_plan() -> Plan:
+    return chain("endless", ("src", Endless), ("sink", CountSink))
+
+
+def slow_plan(rows: int, delay: float) -> Plan:
+    """`rows` rows in 100-row packets, each packet held `delay` seconds: a request that
+    is still running a while after it was submitted."""
+    return chain("slow", ("src", Range, rows, 100), ("slow", Slow, delay), ("sink", SumSink))
+
+
 # -- layout ---------------------------------------------------------------------------------
 
 def _topo(hwloc_trees, name):
@@ -95,11 +114,7 @@ def test_two_domains_run_plans_from_modules(two):
     doms = two._core.domains
     assert len(doms) == 2 and {d["pid"] for d in doms}.isdisjoint({os.getpid()})
     assert sorted(c for d in doms for c in d["cpus"]) == sorted(os.sched_getaffinity(0))
-    slow = Plan("slow")  # still running when the next request is placed
-    slow.add("src", Range, 1000, 100)
-    slow.add("slow", Slow, 0.02)
-    slow.add("sink", SumSink)
-    slow.chain("src", "slow", "sink")
+    slow = slow_plan(1000, 0.02)  # still running when the next request is placed
     first = two.submit(slow)
     hs = [two.submit(sum_plan(10_000 + i)) for i in range(6)]
     assert [h.result(60) for h in hs] == [3 * (n * (n - 1) // 2) for n in range(10_000, 10_006)]
@@ -161,19 +176,11 @@ def test_domain_init_runs_in_every_domain_before_its_runtime():
 
 
 def test_errors_and_cancel_cross_the_boundary(two):
-    p = Plan("boom")
-    p.add("src", Range, 10_000, 100)
-    p.add("b", Boom, 3)
-    p.add("sink", CountSink)
-    p.chain("src", "b", "sink")
-    h = two.submit(p)
+    h = two.submit(chain("boom", ("src", Range, 10_000, 100), ("b", Boom, 3), ("sink", CountSink)))
     with pytest.raises(KeyError, match="boom at packet 3"):
         h.result(60)
     assert h.state == "failed"
-    e = Plan("endless")
-    e.add("src", Endless)
-    e.add("sink", CountSink)
-    e.chain("src", "sink")
+    e = endless_plan()
     h = two.submit(e)
     time.sleep(0.2)  # let it start in its domain (cancelling before works too; this covers a running one)
     assert h.cancel()
@@ -239,16 +246,9 @@ def test_a_killed_domain_fails_only_its_requests_and_comes_back():
     and later requests run on both."""
     with Scheduler(domains=2, threads_per_node=1) as s:
         front = s._core
-        e = Plan("endless")
-        e.add("src", Endless)
-        e.add("sink", CountSink)
-        e.chain("src", "sink")
+        e = endless_plan()
         victim = s.submit(e)  # the least loaded: domain 0, then domain 1
-        slow = Plan("slow")
-        slow.add("src", Range, 3000, 100)
-        slow.add("slow", Slow, 0.05)
-        slow.add("sink", SumSink)
-        slow.chain("src", "slow", "sink")
+        slow = slow_plan(3000, 0.05)
         other = s.submit(slow)
         assert (victim.domain, other.domain) == (0, 1)
         pid = front.domains[0]["pid"]
@@ -452,11 +452,7 @@ def test_shutdown_twice_and_from_a_done_callback():
     import threading
 
     s = Scheduler(domains=2, threads_per_node=1)
-    slow = Plan("slow")
-    slow.add("src", Range, 2000, 100)
-    slow.add("slow", Slow, 0.02)
-    slow.add("sink", SumSink)
-    slow.chain("src", "slow", "sink")
+    slow = slow_plan(2000, 0.02)
     long = s.submit(slow)
     ended = threading.Event()
 
@@ -472,10 +468,7 @@ def test_shutdown_twice_and_from_a_done_callback():
 
 
 def test_with_block_that_raises_cancels_what_runs():
-    e = Plan("endless")
-    e.add("src", Endless)
-    e.add("sink", CountSink)
-    e.chain("src", "sink")
+    e = endless_plan()
     with pytest.raises(KeyError):
         with Scheduler(domains=2, threads_per_node=1) as s:
             h = s.submit(e)

@@ -45,6 +45,17 @@ _sleep = time.sleep  # the back-off's sleep (tests replace it with a clock of th
 _current = threading.local()  # .worker: the Worker whose thread this is (set once, by it)
 
 
+def thread_schedstat(native_id: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of thread `native_id` of this
+    process, from /proc/self/task/<tid>/schedstat; (0, 0) where the kernel lacks it."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            a, b, _ = f.read().split()
+        return int(a), int(b)
+    except (OSError, ValueError):
+        return 0, 0
+
+
 def current_worker():
     """The :class:`Worker` running on the calling thread, or None on any other thread."""
     return getattr(_current, "worker", None)

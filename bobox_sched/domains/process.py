@@ -96,17 +96,11 @@ def _dump_exception(exc: BaseException) -> bytes:
 
 def _worker_cpu(sched) -> tuple[float, float]:
     """(seconds on a CPU, seconds runnable but waiting for one) of this domain's worker
-    threads, from /proc/self/task/<tid>/schedstat (0 where the kernel lacks it)."""
-    cpu = wait = 0
-    for w in sched.workers:
-        try:
-            with open(f"/proc/self/task/{w.thread.native_id}/schedstat") as f:
-                a, b, _ = f.read().split()
-        except (OSError, ValueError):
-            continue
-        cpu += int(a)
-        wait += int(b)
-    return cpu / 1e9, wait / 1e9
+    threads (``core.worker.thread_schedstat``)."""
+    from bobox_sched.core.worker import thread_schedstat
+
+    times = [thread_schedstat(w.thread.native_id) for w in sched.workers]
+    return sum(a for a, _ in times) / 1e9, sum(b for _, b in times) / 1e9
 
 
 def _stats_of(h) -> dict | None:

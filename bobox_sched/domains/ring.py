@@ -69,21 +69,6 @@ def ring_init(r, capacity, width):
 
 
 @njit(nogil=True, cache=True)
-def ring_push(r, d):
-    """Push descriptor `d` (`width` int64 words); False if the ring is full."""
-    cap = r[CAP]
-    w = r[WIDTH]
-    t = r[TAIL]
-    if t - atomic_load(r, HEAD) >= cap:
-        return False
-    base = SLOTS + (t & (cap - 1)) * w
-    for k in range(w):
-        r[base + k] = d[k]
-    atomic_store(r, TAIL, t + 1)
-    return True
-
-
-@njit(nogil=True, cache=True)
 def ring_push_many(r, ds, n):
     """Push the first `n` rows of `ds` (n x width), as many as fit; returns how many."""
     cap = r[CAP]
@@ -102,21 +87,6 @@ def ring_push_many(r, ds, n):
 
 
 @njit(nogil=True, cache=True)
-def ring_pop(r, out):
-    """Pop the oldest descriptor into `out`; False if the ring is empty."""
-    cap = r[CAP]
-    w = r[WIDTH]
-    h = r[HEAD]
-    if atomic_load(r, TAIL) == h:
-        return False
-    base = SLOTS + (h & (cap - 1)) * w
-    for k in range(w):
-        out[k] = r[base + k]
-    atomic_store(r, HEAD, h + 1)
-    return True
-
-
-@njit(nogil=True, cache=True)
 def ring_pop_many(r, out):
     """Pop up to ``out.shape[0]`` descriptors into the rows of `out`; returns how many."""
     cap = r[CAP]
@@ -131,6 +101,18 @@ def ring_pop_many(r, out):
     if m > 0:
         atomic_store(r, HEAD, h + m)
     return m
+
+
+@njit(nogil=True, cache=True)
+def ring_push(r, d):
+    """Push descriptor `d` (`width` int64 words, contiguous); False if the ring is full."""
+    return ring_push_many(r, d.reshape(1, d.shape[0]), 1) == 1
+
+
+@njit(nogil=True, cache=True)
+def ring_pop(r, out):
+    """Pop the oldest descriptor into `out` (contiguous); False if the ring is empty."""
+    return ring_pop_many(r, out.reshape(1, out.shape[0])) == 1
 
 
 @njit(nogil=True, cache=True)
