@@ -8,14 +8,16 @@ import json
 
 
 def add_arguments(p) -> None:
+    from bobox_sched.core import limits
     from topology.cli import add_arguments as base
 
+    from experiments.cli.argtypes import count
     from experiments.cli.run import domains_arg
 
     base(p)
     p.add_argument("--domains", type=domains_arg, metavar="auto|off|N",
                    help="also show the domains Scheduler(domains=...) would run: CPUs and node of each")
-    p.add_argument("--domain-workers", type=int, metavar="W", default=None,
+    p.add_argument("--domain-workers", type=count(limits.MAX_THREADS_PER_NODE), metavar="W", default=None,
                    help="with --domains auto: the most CPUs per domain (default 8)")
 
 
