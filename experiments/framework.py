@@ -174,6 +174,19 @@ def fmt_bytes(n) -> str:
     return f"{n} B"
 
 
+def error_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (what a
+    report says of a configuration that failed)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
+
+
+def median_or_none(xs):
+    """The median of the values that are not None; None if there are none."""
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
 def md_table(header: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -271,8 +284,8 @@ def save_figure(fig, ctx: Ctx, name: str) -> Path:
     return path
 
 
-__all__ = ["CSV_COLUMNS", "Ctx", "Recorder", "fmt_bytes", "machine_summary", "make_scheduler", "md_table",
-           "panel_grid", "panel_rows", "pyplot", "save_figure", "write_section"]
+__all__ = ["CSV_COLUMNS", "Ctx", "Recorder", "error_line", "fmt_bytes", "machine_summary", "make_scheduler",
+           "md_table", "median_or_none", "panel_grid", "panel_rows", "pyplot", "save_figure", "write_section"]
 
 
 _frozen = [0]  # frozen_heap()s open in this process (the main thread's experiment)

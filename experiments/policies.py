@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -76,7 +75,8 @@ from bobox_sched.control.punct import Window
 from bobox_sched.policies.streams.batching import DEFAULT_BATCH
 from operators.stream.ordered_micro import _iterate
 
-from experiments.framework import Ctx, Recorder, collect_before_run, md_table, output_folder, pyplot, save_figure, write_section
+from experiments.framework import (Ctx, Recorder, collect_before_run, error_line, md_table, median_or_none, output_folder,
+                                   pyplot, save_figure, write_section)
 from experiments.handoff import describe, wake_us
 from experiments import policies_sweep
 
@@ -265,16 +265,6 @@ def reference(ctx: Ctx, plan: Plan) -> dict:
         return s.submit(plan).result(3600)
 
 
-def _error_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
-
-
-def _med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dict:
     import traceback
 
@@ -303,7 +293,7 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
             run_once(ctx, cfg, plan, rows)
             active.append(cfg)
         except Exception as e:  # noqa: BLE001 - any failure excludes the configuration, reported
-            excluded[cfg.name] = _error_line(e)
+            excluded[cfg.name] = error_line(e)
             tb = traceback.format_exception(e)
             print(f"[policies] {cfg.name} cannot run the chain, excluded: {excluded[cfg.name]}\n"
                   + "".join(tb[-6:]), file=sys.stderr, flush=True)
@@ -338,7 +328,7 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
         tr = [m["rows_per_s"] / b["rows_per_s"] for m, b in zip(runs[n], base)]
         cr = [m["rows_per_cpu_s"] / b["rows_per_cpu_s"] for m, b in zip(runs[n], base)]
         lr = [m["p99"] / b["p99"] for m, b in zip(runs[n], base) if m["p99"] and b["p99"]]
-        ratio[n], ratio_cpu[n], ratio_p99[n] = _med(tr), _med(cr), _med(lr)
+        ratio[n], ratio_cpu[n], ratio_p99[n] = median_or_none(tr), median_or_none(cr), median_or_none(lr)
         for r, (a, b, c) in enumerate(zip(tr, cr, lr + [None] * (len(tr) - len(lr)))):
             rec.add(n, workers, "throughput_ratio_to_bobox", a, r, "x")
             rec.add(n, workers, "cpu_efficiency_ratio_to_bobox", b, r, "x")
@@ -356,17 +346,17 @@ def exp_policies(ctx: Ctx, workers: int, per_node: int | None, rows: int) -> dic
 
     summary = {
         "configs": names,
-        "throughput": {n: rnd(_med(m["rows_per_s"] for m in runs[n]), 1) for n in names},
-        "rows_per_cpu_s": {n: rnd(_med(m["rows_per_cpu_s"] for m in runs[n]), 1) for n in names},
-        "cpu_cores_used": {n: rnd(_med(m["cpu_s"] / m["seconds"] for m in runs[n]), 2) for n in names},
-        "latency_p50_ms": {n: rnd(_med(m["p50"] for m in runs[n])) for n in names},
-        "latency_p99_ms": {n: rnd(_med(m["p99"] for m in runs[n])) for n in names},
+        "throughput": {n: rnd(median_or_none(m["rows_per_s"] for m in runs[n]), 1) for n in names},
+        "rows_per_cpu_s": {n: rnd(median_or_none(m["rows_per_cpu_s"] for m in runs[n]), 1) for n in names},
+        "cpu_cores_used": {n: rnd(median_or_none(m["cpu_s"] / m["seconds"] for m in runs[n]), 2) for n in names},
+        "latency_p50_ms": {n: rnd(median_or_none(m["p50"] for m in runs[n])) for n in names},
+        "latency_p99_ms": {n: rnd(median_or_none(m["p99"] for m in runs[n])) for n in names},
         "equal_to_reference": equal,
         "ratio_to_bobox": {n: rnd(ratio.get(n)) for n in names},
         "cpu_efficiency_ratio_to_bobox": {n: rnd(ratio_cpu.get(n)) for n in names},
         "latency_p99_ratio_to_bobox": {n: rnd(ratio_p99.get(n)) for n in names},
         "threads": {c.name: c.threads for c in active},
-        "elastic_level_at_end": _med(m["level"] for m in runs.get("streams-elastic", [])),
+        "elastic_level_at_end": median_or_none(m["level"] for m in runs.get("streams-elastic", [])),
         "load_avg": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         "ceiling_before_after": [round(ceil_before, 3), round(ceil_after, 3)],
         "handoff": handoff,

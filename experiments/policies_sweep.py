@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from experiments.framework import Ctx, Recorder, md_table, pyplot, save_figure
+from experiments.framework import Ctx, Recorder, error_line, md_table, median_or_none, pyplot, save_figure
 
 SIZES = (1, 64, 4096)  # rows per tuple (packet); 4096 is the first part's chain
 # Packets per run of a small size: one-row tuples through five operators cost ~0.1 ms
@@ -46,24 +46,12 @@ def size_rows(size: int, rows: int, quick: bool) -> int:
     return rows if size >= SIZES[-1] else min(rows, size * PACKETS[quick])
 
 
-def _line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
-
-
-def _med(xs):
-    import statistics
-
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def _ratios(runs: dict, key: str) -> dict:
     base = runs.get("bobox") or []
     out = {}
     for n, ms in runs.items():
         rs = [m[key] / b[key] for m, b in zip(ms, base) if b[key]]
-        out[n] = None if not rs else round(_med(rs), 3)
+        out[n] = None if not rs else round(median_or_none(rs), 3)
     return out
 
 
@@ -110,8 +98,8 @@ def chain_sweep(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, rows: int, fi
                 try:
                     m = run_once(ctx, cfg, plan, r_s)
                 except Exception as e:  # noqa: BLE001 - a configuration failing here is excluded, reported
-                    excluded.setdefault(key, {})[cfg.name] = _line(e)
-                    print(f"[policies] {cfg.name} failed on {size}-row tuples, excluded: {_line(e)}",
+                    excluded.setdefault(key, {})[cfg.name] = error_line(e)
+                    print(f"[policies] {cfg.name} failed on {size}-row tuples, excluded: {error_line(e)}",
                           file=sys.stderr, flush=True)
                     runs.pop(cfg.name, None)
                     continue
@@ -127,10 +115,10 @@ def chain_sweep(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, rows: int, fi
         rs = _ratios(runs, "rows_per_s")
         for n in names:
             ms = runs.get(n)
-            tp[n][key] = None if not ms else round(_med(m["rows_per_s"] for m in ms), 1)
+            tp[n][key] = None if not ms else round(median_or_none(m["rows_per_s"] for m in ms), 1)
             ratio[n][key] = rs.get(n)
             equal[n].setdefault(key, False)
-            p99[n][key] = None if not ms else _med(m["p99"] for m in ms)
+            p99[n][key] = None if not ms else median_or_none(m["p99"] for m in ms)
             if ratio[n][key] is not None:
                 rec.add(n, f"chain-{size}", "throughput_ratio_to_bobox", ratio[n][key], 0, "x")
     best = {str(s): _best({n: tp[n][str(s)] for n in names}, {n: equal[n][str(s)] for n in names}) for s in SIZES}
@@ -182,7 +170,7 @@ def gs_workload(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, bar) -> dict:
             _gs_once(ctx, cfg, cc, app, events, workers)
             active.append((cfg, cc))
         except Exception as e:  # noqa: BLE001 - any failure excludes the configuration, reported
-            excluded[cfg.name] = _line(e)
+            excluded[cfg.name] = error_line(e)
     bar.update(1)
     runs: dict = {c.name: [] for c, _ in active}
     equal = {c.name: True for c, _ in active}
@@ -200,12 +188,12 @@ def gs_workload(ctx: Ctx, rec: Recorder, cfgs: list, workers: int, bar) -> dict:
                     rec.add(cfg.name, "tstream-gs", f"latency_{k}_ms", m[k], r, "ms")
         bar.update(1)
     names = [c.name for c, _ in active]
-    tp = {n: round(_med(m["rows_per_s"] for m in runs[n]), 1) for n in names}
+    tp = {n: round(median_or_none(m["rows_per_s"] for m in runs[n]), 1) for n in names}
     return {"app": "gs", "events": n_events, "interval": GS_INTERVAL, "executors": workers, "configs": names,
             "cc": {c.name: cc for c, cc in active}, "throughput": tp,
             "ratio_to_bobox": _ratios(runs, "rows_per_s"),
-            "latency_p50_ms": {n: _r(_med(m["p50"] for m in runs[n])) for n in names},
-            "latency_p99_ms": {n: _r(_med(m["p99"] for m in runs[n])) for n in names},
+            "latency_p50_ms": {n: _r(median_or_none(m["p50"] for m in runs[n])) for n in names},
+            "latency_p99_ms": {n: _r(median_or_none(m["p99"] for m in runs[n])) for n in names},
             "serial_equivalent": equal, "best": _best(tp, equal), "excluded": excluded}
 
 
