@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from bobox_sched import Plan, Scheduler, StreamOperator
+from bobox_sched import Plan, Scheduler, Sink, Source, StreamOperator
 
 
 class PyWork(StreamOperator):
@@ -44,25 +44,27 @@ class PyWork(StreamOperator):
         ctx.send("out", pkt)
 
 
+class Count(Source):
+    """Packets of 64 rows, all holding the packet's number: 0, 1, ..., n-1."""
+
+    def __init__(self, n):
+        self.n, self.i = n, 0
+
+    def next_packet(self, ctx):
+        if self.i >= self.n:
+            return None
+        p = ctx.new_packet({"x": np.int64}, 64)
+        p["x"][:] = self.i
+        self.i += 1
+        return p
+
+
+class Total(Sink):
+    def finalize(self, pkts):
+        return int(sum(int(p["x"].sum()) for p in pkts))
+
+
 def gil_plan(packets: int, loops: int) -> Plan:
-    from bobox_sched import Sink, Source
-
-    class Count(Source):
-        def __init__(self, n):
-            self.n, self.i = n, 0
-
-        def next_packet(self, ctx):
-            if self.i >= self.n:
-                return None
-            p = ctx.new_packet({"x": np.int64}, 64)
-            p["x"][:] = self.i
-            self.i += 1
-            return p
-
-    class Total(Sink):
-        def finalize(self, pkts):
-            return int(sum(int(p["x"].sum()) for p in pkts))
-
     p = Plan("gil-bound")
     p.add("src", Count, packets)
     p.add("work", PyWork, loops)
@@ -73,8 +75,9 @@ def gil_plan(packets: int, loops: int) -> Plan:
 
 def _mix(s, packets: int, loops: int, requests: int) -> float:
     want = 64 * packets * (packets - 1) // 2
+    plan = gil_plan(packets, loops)  # one plan, submitted `requests` times (as a mix does)
     t0 = time.perf_counter()
-    hs = [s.submit(gil_plan(packets, loops)) for _ in range(requests)]
+    hs = [s.submit(plan) for _ in range(requests)]
     got = [h.result(600) for h in hs]
     dt = time.perf_counter() - t0
     if got != [want] * requests:
@@ -163,4 +166,4 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
     }
 
 
-__all__ = ["PyWork", "bench_domains", "gil_plan"]
+__all__ = ["Count", "PyWork", "Total", "bench_domains", "crash_check", "gil_plan"]
