@@ -218,13 +218,13 @@ class _Domain:
         with self.send_lock:
             self.conn.send_bytes(data)
 
-    def submit(self, rid: int, pid: int, blob: bytes, kw: dict) -> None:
+    def submit(self, rid: int, pid: int, blob: bytes) -> None:
         """Send a request; its plan's bytes only if the domain's plan cache lacks them.
         ``cached`` mirrors that cache: the same LRU rule (``process.PlanCache``) applied
         to the same sequence of plan ids, in pipe order (both under ``send_lock``)."""
         with self.send_lock:
             hit = pid in self.cached
-            data = pickle.dumps(("submit", rid, pid, None if hit else blob, kw), protocol=5)
+            data = pickle.dumps(("submit", rid, pid, None if hit else blob), protocol=5)
             self.conn.send_bytes(data)  # the mirror changes only once the message is out
             if hit:
                 self.cached.move_to_end(pid)
@@ -341,12 +341,14 @@ class DomainFront:
         self._dead: dict = {}  # slot -> why: a domain that died and could not be restarted
         self._plan_ids = itertools.count(1)
         _lifecycle.adopt(self)
+        doms: list[_Domain] = []
         try:
-            doms = [_Domain(i, cpus, node) for i, (cpus, node) in enumerate(places)]
+            for i, (cpus, node) in enumerate(places):
+                doms.append(_Domain(i, cpus, node))
             for d in doms:  # every process imports at the same time; then each answers
                 d.start(self._kwargs, self._init)
         except BaseException:
-            for d in locals().get("doms", []):
+            for d in doms:
                 if d.proc.poll() is None:
                     d.proc.kill()
                 d.proc.wait()
@@ -384,7 +386,6 @@ class DomainFront:
             with self._lock:
                 h = d.running.pop(rid, None)
                 self.completed += 1
-                self._changed.notify_all()
             if h is None:
                 return
             h._stats, h._failed = stats
@@ -500,14 +501,13 @@ class DomainFront:
                 if len(self._plans) >= 4 * PLAN_CACHE:  # forget the collected plans' entries
                     self._plans = {k: v for k, v in self._plans.items() if v[0]() is not None}
                 self._plans[id(plan)] = (weakref.ref(plan), fp, pid, blob)
-        kw: dict = {}
         with self._lock:
             d = self._pick(node, _slot)
             h = DomainHandle(self, next(self._ids), plan.name)
             h.domain = d.slot
             d.running[h.id] = h
         try:
-            d.submit(h.id, pid, blob, kw)
+            d.submit(h.id, pid, blob)
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
         except BaseException:

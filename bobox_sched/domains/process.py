@@ -18,7 +18,7 @@ front -> domain                             domain -> front
 ==========================================  ============================================
 ``("init", kwargs, sys_path, init_fn)``     ``("ready", pid, cpus, workers)`` or
                                             ``("failed", exception)`` (cloudpickled)
-``("submit", rid, pid, bytes|None, kw)``    ``("done", rid, ok, payload)``: payload is
+``("submit", rid, pid, bytes|None)``        ``("done", rid, ok, payload)``: payload is
                                             the result, or the exception (cloudpickle
                                             bytes; the exception's text if it cannot be)
 ``("cancel", rid)``                         (the request ends as cancelled: ``done``)
@@ -173,7 +173,7 @@ def main(fd: int) -> None:
                 break
             tag = msg[0]
             if tag == "submit":
-                _, rid, pid, blob, kw = msg
+                _, rid, pid, blob = msg  # parallelism/ordering: already rewritten into the plan
                 try:
                     if blob is not None:  # new to us: unpickle and keep (front's mirror does the same)
                         plans[pid] = None  # its slot first: a plan that fails to load still takes one
@@ -191,7 +191,7 @@ def main(fd: int) -> None:
                     plan = plans[pid]
                     if isinstance(plan, BaseException):
                         raise plan
-                    h = sched.submit(plan, **kw)
+                    h = sched.submit(plan)
                 except Exception as e:  # noqa: BLE001 - a bad plan fails its request
                     send(("done", rid, False, _dump_exception(e), (None, None)))
                     continue
