@@ -120,10 +120,11 @@ def run(args) -> int:
         # One untimed request per query first: loads the numba kernels (compiled and
         # cached on disk the first time ever) and fills the packet pools.
         print("warming up (kernels, packet pools) ...", file=sys.stderr)
-        run_mix(s, plans, 1, progress=False)
-        for i in range(len(doms or ())):  # domains: each loads its own kernels, fills its own pools
-            for h in [s.submit_to(i, p) for p in plans.values()]:
+        if doms:  # each domain loads its own kernels and fills its own pools: every plan on each
+            for h in [s.submit_to(i, p) for i in range(len(doms)) for p in plans.values()]:
                 h.result()
+        else:
+            run_mix(s, plans, 1, progress=False)
         res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
     print(format_table(res))
     if args.output is not None:
