@@ -66,6 +66,7 @@ class RunResult:
     operators: dict = field(default_factory=dict)  # query -> operators per request
     mismatches: list = field(default_factory=list)  # queries whose copies disagreed
     peak_rss: int | None = None  # under domains: this process's and every domain's peak, summed
+    peak_pss: int | None = None  # during the mix: this process's and every domain's PSS, summed (experiments.memory)
 
     @property
     def n_requests(self) -> int:
@@ -118,6 +119,7 @@ class RunResult:
             "predicted_speedup_16": _round(predicted_speedup(serial, 16), 2),
             "predicted_speedup_64": _round(predicted_speedup(serial, 64), 2),
             "peak_rss_bytes": self.peak_rss if self.peak_rss is not None else peak_rss_bytes(),
+            "peak_pss_bytes": self.peak_pss,
             "mismatches": self.mismatches,
         }
 
@@ -183,17 +185,22 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
         from tqdm import tqdm
 
         bar = tqdm(total=copies * len(plans), desc="requests", unit="req", file=sys.stderr, leave=False)
-    t0 = time.perf_counter()
-    handles = []
-    for i in range(copies):
-        for name, plan in plans.items():
-            h = sched.submit(plan)
-            if bar is not None:
-                h.add_done_callback(lambda _h: bar.update(1))
-            handles.append((name, h))
-    res = RunResult(0.0)
-    tables = [(name, h.result()) for name, h in handles]
-    res.wall_s = time.perf_counter() - t0
+    from experiments.memory import PssPeak, run_pids
+
+    pids = run_pids(sched)
+    with PssPeak(lambda: run_pids(sched) if len(pids) > 1 else pids) as mem:
+        t0 = time.perf_counter()
+        handles = []
+        for i in range(copies):
+            for name, plan in plans.items():
+                h = sched.submit(plan)
+                if bar is not None:
+                    h.add_done_callback(lambda _h: bar.update(1))
+                handles.append((name, h))
+        tables = [(name, h.result()) for name, h in handles]
+        wall = time.perf_counter() - t0
+    res = RunResult(wall)
+    res.peak_pss = mem.peak
     if bar is not None:
         bar.close()
     for (name, h), (_, table) in zip(handles, tables):
@@ -259,7 +266,9 @@ def format_table(res: RunResult) -> str:
         lines.append((f"serial fraction from CPU time {cpu:.3f}; " if cpu is not None else "")
                      + f"the workers ran {sc['cpu_s']:.2f} CPU-s and waited {sc['cpu_wait_s']:.2f} s for a CPU held "
                      "by other processes")
-    lines.append(f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB")
+    lines.append(f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB" + (
+        f"; peak PSS during the mix {s['peak_pss_bytes'] / 2**30:.2f} GiB (every process of the run, shared pages "
+        "counted once)" if s.get("peak_pss_bytes") else ""))
     if s["mismatches"]:
         lines.append(f"WARNING: copies of {', '.join(s['mismatches'])} gave different answers")
     return "\n".join(lines)

@@ -189,7 +189,12 @@ def _decimal_chunk(arr: pa.Array) -> np.ndarray:
 
 
 def _frozen(arr: np.ndarray) -> np.ndarray:
-    arr = np.ascontiguousarray(arr)
+    """The column as it is kept: contiguous, read-only and, while a Scheduler with
+    domains runs, in its shared memory (one copy for this process and every domain:
+    ``bobox_sched.domains.shared_arrays``)."""
+    from bobox_sched.domains.shared_arrays import place_if_shared
+
+    arr = place_if_shared(np.ascontiguousarray(arr))
     arr.flags.writeable = False
     return arr
 

@@ -336,8 +336,8 @@ class DomainFront:
         from bobox_sched.domains.shm import sweep_stale
 
         sweep_stale()
-        self._share = ArrayShare()  # large plan arrays, sent once through shared memory
-        self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, blob): pickled once
+        self._share = ArrayShare(places[0][1])  # large plan arrays, sent once per node through shared memory
+        self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, {node: blob}): pickled once per node
         self._dead: dict = {}  # slot -> why: a domain that died and could not be restarted
         self._plan_ids = itertools.count(1)
         _lifecycle.adopt(self)
@@ -356,6 +356,9 @@ class DomainFront:
         for d in doms:
             self._slots[d.slot] = d
             self._reader(d)
+        from bobox_sched.domains.shared_arrays import set_home
+
+        set_home(self._share)  # read-only data loaded from now on goes into shared memory
         self.policy_name = self._kwargs.get("policy", "bobox")
 
     # -- the reader of each domain --------------------------------------------------------
@@ -381,16 +384,19 @@ class DomainFront:
             self._lost(d)
 
     def _handle(self, d: _Domain, msg: tuple) -> None:
+        from bobox_sched.domains.results import decode as decode_result, discard
+
         if msg[0] == "done":
             _, rid, ok, payload, stats = msg
             with self._lock:
                 h = d.running.pop(rid, None)
                 self.completed += 1
             if h is None:
+                discard(payload)
                 return
             h._stats, h._failed = stats
             try:
-                value = pickle.loads(payload)
+                value = decode_result(payload)
             except Exception as e:  # noqa: BLE001 - e.g. a result class this process cannot import
                 ok, value = False, RuntimeError(f"request {rid}: its result could not be read here: "
                                                 f"{type(e).__name__}: {e}")
@@ -405,7 +411,10 @@ class DomainFront:
 
     def _lost(self, d: _Domain) -> None:
         """`d`'s pipe ended: after shutdown, normal; else it died (module doc)."""
+        from bobox_sched.domains.results import unlink_of
+
         rc = d.proc.wait()
+        unlink_of(d.pid)  # results it sent that nobody will read
         with self._lock:
             lost = list(d.running.values())
             d.running.clear()
@@ -487,26 +496,24 @@ class DomainFront:
         fp = _fingerprint(plan)
         with self._lock:
             hit = self._plans.get(id(plan))
-        if hit is not None and hit[0]() is plan and hit[1] == fp:
-            pid, blob = hit[2], hit[3]
-        else:
-            try:
-                blob = dumps(plan, self._share)
-            except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
-                raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} (an "
-                                 "operator holds something of this process, e.g. a StreamChannel fed from "
-                                 "here)") from None
-            pid = next(self._plan_ids)
-            with self._lock:
+            if hit is None or hit[0]() is not plan or hit[1] != fp:
                 if len(self._plans) >= 4 * PLAN_CACHE:  # forget the collected plans' entries
                     self._plans = {k: v for k, v in self._plans.items() if v[0]() is not None}
-                self._plans[id(plan)] = (weakref.ref(plan), fp, pid, blob)
-        with self._lock:
+                hit = self._plans[id(plan)] = (weakref.ref(plan), fp, next(self._plan_ids), {})
+            pid, blobs = hit[2], hit[3]
             d = self._pick(node, _slot)
             h = DomainHandle(self, next(self._ids), plan.name)
             h.domain = d.slot
             d.running[h.id] = h
         try:
+            blob = blobs.get(d.node)
+            if blob is None:  # pickled once per node: its large arrays on that node (shared_arrays)
+                try:
+                    blob = blobs[d.node] = dumps(plan, self._share, d.node)
+                except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
+                    raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} "
+                                     "(an operator holds something of this process, e.g. a StreamChannel fed from "
+                                     "here)") from None
             d.submit(h.id, pid, blob)
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
@@ -611,6 +618,9 @@ class DomainFront:
             self._closing = True
             doms = [d for d in self._slots if d is not None]
             self._changed.notify_all()
+        from bobox_sched.domains.shared_arrays import set_home
+
+        set_home(None, self._share)  # data loaded from now on stays in this process
         if again:  # a second shutdown: only the waiting (outside the lock: the readers need it)
             if wait:
                 self._join(doms)

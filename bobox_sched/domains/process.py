@@ -19,8 +19,10 @@ front -> domain                             domain -> front
 ``("init", kwargs, sys_path, init_fn)``     ``("ready", pid, cpus, workers)`` or
                                             ``("failed", exception)`` (cloudpickled)
 ``("submit", rid, pid, bytes|None)``        ``("done", rid, ok, payload)``: payload is
-                                            the result, or the exception (cloudpickle
-                                            bytes; the exception's text if it cannot be)
+                                            the result (``results.py``: Arrow IPC,
+                                            through shared memory when large), or the
+                                            exception (cloudpickle bytes; the
+                                            exception's text if it cannot be)
 ``("cancel", rid)``                         (the request ends as cancelled: ``done``)
 ``("stats", token)``                        ``("stats", token, dict)``: the Scheduler's
 ``("rstats", token, rid)``                  ``("stats", token, dict or None)``: one
@@ -117,6 +119,8 @@ def main(fd: int) -> None:
 
     import cloudpickle
 
+    from bobox_sched.domains.results import encode as encode_result
+
     conn = Connection(fd)
     send_lock = threading.Lock()
 
@@ -156,7 +160,7 @@ def main(fd: int) -> None:
         exc = h.exception()
         stats = (_stats_of(h), h.failed_operator)
         try:
-            payload = ("done", rid, True, cloudpickle.dumps(h.result()), stats) if exc is None else \
+            payload = ("done", rid, True, encode_result(h.result()), stats) if exc is None else \
                 ("done", rid, False, _dump_exception(exc), stats)
             send(payload)
         except Exception as e:  # noqa: BLE001 - a result that cannot be pickled fails its request, not the domain

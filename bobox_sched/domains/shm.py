@@ -58,7 +58,10 @@ class Segment:
         self.owner = owner
 
     @classmethod
-    def create(cls, nbytes: int, what: str) -> "Segment":
+    def create(cls, nbytes: int, what: str, node: int | None = None) -> "Segment":
+        """A new segment of `nbytes` (zero-filled, no page touched yet). `node`: its pages
+        come from that NUMA node's memory when first touched, whoever touches them
+        (``prefer_node``)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"a segment needs a positive size in bytes, got {nbytes!r}")
         name = new_name(what)
@@ -67,6 +70,8 @@ class Segment:
         try:
             os.ftruncate(fd, nbytes)
             mm = mmap.mmap(fd, nbytes)
+            if node is not None:
+                prefer_node(mm, nbytes, node)
         except BaseException:
             os.unlink(path)
             raise
@@ -103,6 +108,33 @@ class Segment:
         except BufferError:
             return False
         return True
+
+
+_MPOL_PREFERRED = 1
+_SYS_MBIND = {"x86_64": 237, "aarch64": 235}
+
+
+def prefer_node(mm: mmap.mmap, nbytes: int, node: int) -> bool:
+    """``mbind(MPOL_PREFERRED, {node})`` over a fresh shared mapping: on tmpfs the policy
+    belongs to the file itself (the kernel's shared policy), so its pages come from
+    `node` when first touched, by this process or any other that maps it. Preferred,
+    not bound: a full node spills over instead of failing. False where the kernel or
+    the platform says no (one node, no NUMA support): the pages then follow first touch."""
+    import ctypes
+    import platform
+
+    nr = _SYS_MBIND.get(platform.machine())
+    if nr is None or not 0 <= node < 64:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    view = (ctypes.c_char * nbytes).from_buffer(mm)
+    try:
+        mask = ctypes.c_ulong(1 << node)
+        rc = libc.syscall(nr, ctypes.c_void_p(ctypes.addressof(view)), ctypes.c_ulong(nbytes), _MPOL_PREFERRED,
+                          ctypes.byref(mask), ctypes.c_ulong(64), 0)
+    finally:
+        del view  # the export, so that the mapping can be closed later
+    return rc == 0
 
 
 def _pid_of(name: str) -> int | None:
@@ -153,4 +185,4 @@ def sweep_stale() -> list[str]:
     return gone
 
 
-__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "sweep_stale"]
+__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale"]
