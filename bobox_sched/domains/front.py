@@ -11,12 +11,26 @@ gives N domains spread over the nodes (a node's CPUs are cut into N / nodes rang
 fewer domains than nodes a domain spans several nodes and binds no memory).
 ``domains="off"`` is the in-process runtime.
 
+Placement and balancing (the Bobox balancer one level up): a new request goes to the
+least loaded domain (of its node, if it names one), load being the requests it runs or
+holds, per worker. A domain is sent at most ``INFLIGHT_PER_WORKER`` requests per worker;
+the rest wait in its list in the front, not started. When a domain ends a request it
+takes the next from its own list or, if that is empty, the oldest waiting request of
+another domain, of its own node first: a request that has not started *migrates* to the
+domain that is free (``stats()["requests_migrated"]``). A request whose domain dies
+before it started moves to another domain instead of failing. ``submit_to`` places a
+request on its domain at once, past the limit, and it never migrates.
+
 Protocol (who touches what, when):
 
 * ``_lock`` guards ``_slots`` (the live ``_Domain`` of each slot), every domain's
-  ``running`` dict (request id -> handle) and ``_closing``. ``submit`` takes it to pick
-  a domain and register the handle, then sends *outside* it under the domain's own
-  ``send_lock`` (a Connection is not safe for concurrent writers);
+  ``running`` dict (request id -> handle, the requests sent to it), ``waiting`` list
+  (the not started ones), ``sending`` count, and ``_closing``. ``submit`` and a
+  reader's refill take it to pick a domain and register the handle in ``running``
+  (and count the send in ``sending``), then send *outside* it under the domain's own
+  ``send_lock`` (a Connection is not safe for concurrent writers), then uncount it.
+  ``shutdown`` waits (``_changed``) until no send is under way before it asks a domain
+  to end, so that no request reaches a domain after its ``shutdown`` message;
 * each domain has one reader thread, the only reader of its pipe. It blocks in
   ``recv_bytes`` holding no lock; on ``done`` it takes ``_lock`` to pop the handle,
   then completes the handle's future outside it (callbacks run on that thread);
@@ -41,8 +55,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 import pickle
 import signal
 import socket
@@ -62,6 +77,11 @@ from bobox_sched.domains.process import PLAN_CACHE, boot_command
 # server's queueing delay reaches about its service time (M/M/1: rho / (1 - rho) = 0.85),
 # and 16 ask for 0.91 (the measured flattening: 5.18x at 8, 5.06x at 16).
 DEFAULT_DOMAIN_WORKERS = 8
+# Requests sent to a domain per worker; the rest wait in the front, where they can still
+# migrate. 2: one running and one ready per worker, so that a worker never idles while
+# the front sends the next (a done message, the reader's wake-up and the send: ~0.1 ms
+# here, against TPC-H requests of 10-500 ms).
+INFLIGHT_PER_WORKER = 2
 START_TIMEOUT_S = 120.0  # a domain imports numpy, numba and the runtime, and compiles nothing
 
 
@@ -144,6 +164,8 @@ class DomainHandle:
         self.future.set_running_or_notify_cancel()
         self._stats: dict | None = None  # the final ones, set before the future completes
         self._failed: str | None = None
+        self._t_submit = time.perf_counter()
+        self._waited: float | None = None  # seconds it waited in the front before its domain got it
 
     def result(self, timeout: float | None = None):
         try:
@@ -172,7 +194,9 @@ class DomainHandle:
     @property
     def stats(self) -> dict:
         """The request's metrics as its domain's ``RequestHandle.stats`` gives them (the
-        final ones once it ended; asked of the domain while it runs; {} if unknown)."""
+        final ones once it ended; asked of the domain while it runs; {} if unknown), with
+        ``waiting_s``: the time it waited in the front for a domain, which its
+        ``elapsed_s`` includes (submit to end, as in-process)."""
         if self.future.done():
             return self._stats or {}
         return self._front._request_stats(self) or {}
@@ -199,6 +223,8 @@ class _Domain:
     def __init__(self, slot: int, cpus: list[int], node: int | None):
         self.slot, self.cpus, self.node = slot, cpus, node
         self.running: dict = {}
+        self.waiting: deque = deque()  # _Job: not sent yet (module doc)
+        self.sending = 0  # sends under way (registered in running, not yet written)
         self.send_lock = threading.Lock()
         self.pid = None
         self.workers = 0
@@ -249,6 +275,20 @@ class _Domain:
             self.proc.wait()
             raise pickle.loads(msg[1])
         _, self.pid, _, self.workers = msg
+
+
+def job_node_ok(job, d) -> bool:
+    """Whether `job` may run on domain `d`: it names no node, or `d`'s."""
+    return job.node is None or job.node == d.node
+
+
+class _Job:
+    """A request the front holds until a domain takes it."""
+
+    __slots__ = ("h", "plan", "pid", "blobs", "node")
+
+    def __init__(self, h, plan, pid, blobs, node):
+        self.h, self.plan, self.pid, self.blobs, self.node = h, plan, pid, blobs, node
 
 
 _FIRST = ("policy", "packet_bytes")
@@ -331,6 +371,7 @@ class DomainFront:
         self._ids = itertools.count(1)
         self.restarts = 0
         self.completed = 0
+        self.migrated = 0  # requests that started on another domain than the one they waited on
         self._slots: list = [None] * len(places)
         from bobox_sched.domains.shared_arrays import ArrayShare
         from bobox_sched.domains.shm import sweep_stale
@@ -391,10 +432,16 @@ class DomainFront:
             with self._lock:
                 h = d.running.pop(rid, None)
                 self.completed += 1
+            self._refill(d)  # its freed place first: a done callback may take its time
             if h is None:
                 discard(payload)
                 return
-            h._stats, h._failed = stats
+            st, h._failed = stats
+            if isinstance(st, dict):
+                st = dict(st, waiting_s=h._waited or 0.0)
+                if isinstance(st.get("elapsed_s"), (int, float)):
+                    st["elapsed_s"] += h._waited or 0.0
+            h._stats = st
             try:
                 value = decode_result(payload)
             except Exception as e:  # noqa: BLE001 - e.g. a result class this process cannot import
@@ -415,17 +462,34 @@ class DomainFront:
 
         rc = d.proc.wait()
         unlink_of(d.pid)  # results it sent that nobody will read
+        kept: list = []  # its requests that had not started and that no other domain may run
         with self._lock:
             lost = list(d.running.values())
             d.running.clear()
             closing = self._closing
             if not closing and self._slots[d.slot] is d:
                 self._slots[d.slot] = None
+            orphans = list(d.waiting)
+            d.waiting.clear()
+            if closing:
+                lost += [j.h for j in orphans]
+            else:  # not started: they move to another domain (module doc)
+                for j in orphans:
+                    ok = [o for o in self._slots if o is not None and job_node_ok(j, o)]
+                    if ok:
+                        min(ok, key=lambda o: ((len(o.running) + len(o.waiting)) / max(o.workers, 1), o.slot)) \
+                            .waiting.append(j)
+                    else:
+                        kept.append(j)
+            others = [o for o in self._slots if o is not None]
         err = None if closing else DomainDied(
             f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
             if not h.future.done():
                 h.future.set_exception(err or SchedulerShutdown("the scheduler shut down before the request ended"))
+        if not closing:
+            for o in others:
+                self._refill(o)
         for f in list(d.stats_waiting.values()):  # a copy: an _ask that times out pops its own entry
             if not f.done():
                 f.set_result(None)
@@ -439,16 +503,28 @@ class DomainFront:
                 self._dead[d.slot] = f"domain {d.slot} (CPUs {cpu_ranges(d.cpus)}) died and could not be restarted: {e}"
                 self._changed.notify_all()
             print(f"bobox: {self._dead[d.slot]}", file=sys.stderr)
+            for j in kept:
+                if not j.h.future.done():
+                    j.h.future.set_exception(DomainDied(self._dead[d.slot]))
             return
         with self._lock:
             if self._closing:
                 nd.send(("shutdown",))
                 nd.proc.wait()
-                return
-            self._slots[d.slot] = nd
-            self.restarts += 1
-            self._changed.notify_all()
+                closed = True
+            else:
+                closed = False
+                self._slots[d.slot] = nd
+                self.restarts += 1
+                nd.waiting.extend(kept)
+                self._changed.notify_all()
+        if closed:
+            for j in kept:
+                if not j.h.future.done():
+                    j.h.future.set_exception(SchedulerShutdown("the scheduler shut down before the request started"))
+            return
         self._reader(nd)
+        self._refill(nd)
 
     # -- the Scheduler's methods -----------------------------------------------------------
     def _pick(self, node: int | None, slot: int | None = None) -> _Domain:
@@ -460,7 +536,7 @@ class DomainFront:
             live = [d for d in self._slots if d is not None and (node is None or d.node == node)
                     and (slot is None or d.slot == slot)]
             if live:
-                return min(live, key=lambda d: (len(d.running) / max(d.workers, 1), d.slot))
+                return min(live, key=lambda d: ((len(d.running) + len(d.waiting)) / max(d.workers, 1), d.slot))
             if node is not None and not any(n == node for _, n in self._places):
                 raise ValueError(f"no domain on node {node}")
             wanted = [i for i, (_, n) in enumerate(self._places) if (node is None or n == node)
@@ -502,26 +578,77 @@ class DomainFront:
                 hit = self._plans[id(plan)] = (weakref.ref(plan), fp, next(self._plan_ids), {})
             pid, blobs = hit[2], hit[3]
             d = self._pick(node, _slot)
-            h = DomainHandle(self, next(self._ids), plan.name)
-            h.domain = d.slot
-            d.running[h.id] = h
+        self._blob(plan, blobs, d.node)  # pickling errors come from submit(), before anything is placed
+        job = _Job(DomainHandle(self, next(self._ids), plan.name), plan, pid, blobs, node)
+        with self._lock:
+            if d is not self._slots[d.slot] or self._closing:  # it died meanwhile, or we shut down
+                d = self._pick(node, _slot)
+            job.h.domain = d.slot
+            if _slot is None and len(d.running) + d.sending >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+                d.waiting.append(job)
+                return job.h
+            self._take(d, job)
+        self._send(d, job)
+        return job.h
+
+    def _blob(self, plan, blobs: dict, node) -> bytes:
+        """The plan's bytes for a domain of `node`, pickled once per node."""
+        from bobox_sched.domains.shared_arrays import dumps
+
+        blob = blobs.get(node)
+        if blob is None:  # its large arrays on that node (shared_arrays)
+            try:
+                blob = blobs[node] = dumps(plan, self._share, node)
+            except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
+                raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} (an "
+                                 "operator holds something of this process, e.g. a StreamChannel fed from here)") from None
+        return blob
+
+    def _take(self, d: _Domain, job: _Job) -> None:
+        """Register `job` as sent to `d`; caller holds ``_lock`` and then calls _send."""
+        job.h.domain = d.slot
+        d.running[job.h.id] = job.h
+        d.sending += 1
+
+    def _send(self, d: _Domain, job: _Job) -> None:
+        """Write `job` to `d` (outside ``_lock``; after ``_take``). A pickling error
+        fails the request; a dead pipe leaves it to the reader (DomainDied)."""
+        h = job.h
+        h._waited = time.perf_counter() - h._t_submit
         try:
-            blob = blobs.get(d.node)
-            if blob is None:  # pickled once per node: its large arrays on that node (shared_arrays)
-                try:
-                    blob = blobs[d.node] = dumps(plan, self._share, d.node)
-                except Exception as e:  # noqa: BLE001 - whatever cannot be pickled: one clear error
-                    raise ValueError(f"plan {plan.name!r} cannot run in a domain process: {type(e).__name__}: {e} "
-                                     "(an operator holds something of this process, e.g. a StreamChannel fed from "
-                                     "here)") from None
-            d.submit(h.id, pid, blob)
+            d.submit(h.id, job.pid, self._blob(job.plan, job.blobs, d.node))
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
-        except BaseException:
+        except BaseException as e:
             with self._lock:
                 d.running.pop(h.id, None)
-            raise
-        return h
+            if not h.future.done():
+                h.future.set_exception(e)
+        finally:
+            with self._lock:
+                d.sending -= 1
+                if d.sending == 0:
+                    self._changed.notify_all()
+
+    def _refill(self, d: _Domain) -> None:
+        """`d` has room: send it waiting requests, its own first, then the oldest of
+        another domain (same node first): migration (module doc)."""
+        while True:
+            with self._lock:
+                if self._closing or self._slots[d.slot] is not d or \
+                        len(d.running) + d.sending >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+                    return
+                job = d.waiting.popleft() if d.waiting else None
+                if job is None:
+                    others = [o for o in self._slots if o is not None and o is not d and o.waiting
+                              and (job_node_ok(o.waiting[0], d))]
+                    if not others:
+                        return
+                    src = min(others, key=lambda o: (o.node != d.node, o.waiting[0].h._t_submit))
+                    job = src.waiting.popleft()
+                    self.migrated += 1
+                self._take(d, job)
+            self._send(d, job)
 
     def map(self, plans, timeout: float | None = None) -> list:
         hs = [self.submit(p) for p in plans]
@@ -529,7 +656,22 @@ class DomainFront:
 
     def _cancel(self, h: DomainHandle) -> None:
         with self._lock:
+            for o in self._slots:  # not started: it leaves the front's list, cancelled here
+                if o is not None:
+                    for j in o.waiting:
+                        if j.h is h:
+                            o.waiting.remove(j)
+                            break
+                    else:
+                        continue
+                    break
+            else:
+                o = None
             d = self._slots[h.domain] if h.domain is not None else None
+        if o is not None:
+            if not h.future.done():
+                h.future.set_exception(RequestCancelled(f"request {h.id} ({h.name}) was cancelled"))
+            return
         if d is not None and h.id in d.running:
             try:
                 d.send(("cancel", h.id))
@@ -569,14 +711,17 @@ class DomainFront:
         for d in doms:
             s = self._ask(d, ("stats", None))
             per.append({"domain": d.slot, "pid": d.pid, "cpus": d.cpus, "node": d.node, "workers": d.workers,
-                        "running": len(d.running), "stats": s})
+                        "running": len(d.running), "waiting": len(d.waiting), "stats": s})
         out = _summed([p["stats"] for p in per if p["stats"]])
         if "locality" in out:
             loc = out["locality"]
             loc["local_fraction"] = (loc["local_pages"] / loc["pages"]) if loc.get("pages") else None
         if "nodes" in out:
             out["nodes"] = sorted(set(out["nodes"]))
+        with self._lock:
+            waiting = sum(len(d.waiting) for d in doms)
         out.update({"domains": per, "restarts": self.restarts, "completed": self.completed,
+                    "requests_migrated": self.migrated, "requests_waiting": waiting,
                     "workers": sum(d.workers for d in doms)})
         return out
 
@@ -617,7 +762,22 @@ class DomainFront:
             again = self._closing
             self._closing = True
             doms = [d for d in self._slots if d is not None]
+            jobs = [(d, j) for d in doms for j in d.waiting]  # not started: sent now, or cancelled
+            for d in doms:
+                d.waiting.clear()
+            if not cancel:
+                for d, j in jobs:
+                    self._take(d, j)
             self._changed.notify_all()
+        for d, j in jobs:
+            if cancel:
+                if not j.h.future.done():
+                    j.h.future.set_exception(RequestCancelled(f"request {j.h.id} ({j.h.name}) was cancelled"))
+            else:
+                self._send(d, j)
+        with self._lock:  # no request may follow a domain's "shutdown" (module doc)
+            while any(d.sending for d in doms):
+                self._changed.wait()
         from bobox_sched.domains.shared_arrays import set_home
 
         set_home(None, self._share)  # data loaded from now on stays in this process
