@@ -64,6 +64,7 @@ class Ctx:
     command: str
     topo: T.Topology = field(default=None)
     array_bytes: int | None = None  # numa-factor's array (--bytes); None: its default
+    domains: str | int | None = None  # --domains: make_scheduler's runtime in domain processes (None/"off": not)
     host: str = field(default_factory=socket.gethostname)
     run_id: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
     _data: Path | None = None
@@ -98,7 +99,7 @@ class Ctx:
                   threads_per_node=args.threads_per_node if threads else None,
                   virtual_nodes=args.virtual_nodes if virtual_nodes else None,
                   progress=not args.no_progress, command="bobox " + " ".join(shlex.quote(a) for a in argv),
-                  array_bytes=getattr(args, "bytes", None))
+                  array_bytes=getattr(args, "bytes", None), domains=getattr(args, "domains", None))
         ctx.topo = T.probe()
         return ctx
 
@@ -152,10 +153,23 @@ def output_folder(path) -> Path:
 
 
 def make_scheduler(ctx: Ctx, **kw):
-    """A scheduler on the context's machine and threads per node (`kw` overrides them)."""
+    """A scheduler on the context's machine and threads per node (`kw` overrides them);
+    with ``--domains`` its runtime runs in domain processes (each probes its own part of
+    the machine, so no topology is passed)."""
     from bobox_sched import Scheduler
 
     kw.setdefault("threads_per_node", ctx.threads_per_node)
+    if ctx.domains not in (None, "off"):
+        from operators import released
+
+        kw.setdefault("domains", ctx.domains)
+        kw.setdefault("domain_init", released.enable)  # as bobox run: GIL-released timing in every domain
+        s = Scheduler(**kw)
+        doms = getattr(s, "domains", None)
+        print(f"[experiment] the runtime in {len(doms)} domain processes ({sum(d['workers'] for d in doms)} workers)"
+              if doms else "[experiment] --domains: the layout has no domains here (one in-process runtime)",
+              file=sys.stderr)
+        return s
     kw.setdefault("topology", ctx.topo)
     return Scheduler(**kw)
 

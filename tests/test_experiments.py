@@ -185,3 +185,20 @@ def test_an_experiment_marks_its_complete_set_with_a_manifest(tmp_path, monkeypa
     with pytest.raises(RuntimeError):
         experiment_cli.run(args)
     assert not (out / manifest).exists() and not complete(out, manifest)
+
+
+def test_schedulers_in_domains(tpch, tmp_path):
+    """``--domains 2``: the experiment's schedulers run their runtime in two domain
+    processes (said on stderr) and the figures come out as in-process; an experiment
+    whose scheduler is not made on the real machine refuses the option in one line."""
+    r = run_cli("experiment", "schedulers", "--quick", "--repeat", "1", "--data", str(tpch), "--threads-per-node", "1",
+                "--domains", "2", "--out", str(tmp_path), "--json", "--no-progress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("[experiment] the runtime in 2 domain processes (2 workers)") == 3  # one per series
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(s["mixes"]) and all(m["bobox_s"] > 0 for m in s["mixes"].values())
+    header, rows = read_csv(tmp_path / "schedulers.csv")
+    assert header == CSV_COLUMNS and rows
+    r = run_cli("experiment", "streams", "--domains", "2", "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == \
+        "error: --domains applies to 'bobox experiment packet-size / numa-placement / schedulers / all / regions' only"

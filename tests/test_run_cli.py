@@ -50,6 +50,8 @@ def test_run_in_domains(tpch, tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["requests"] == 4 and summary["mismatches"] == [] and summary["scheduler"]["tasks"] > 0
     assert summary["scheduler"]["workers"] == 2 and 0 <= summary["serial_fraction"] < 1
+    # every process's PSS summed: the libraries the front and both domains map count once, not three times
+    assert 0 < summary["peak_pss_bytes"] < summary["peak_rss_bytes"] and "peak PSS during the mix" in r.stdout
     r = bobox("run", "q1", "--data", str(tpch), "--domains", "zero")
     assert r.returncode == 2 and "--domains takes auto, off or 1 to" in r.stderr
 

@@ -20,6 +20,9 @@ ONLY = {
     "emulate": ("ordered",), "ops": ("streams",), "shapes": ("streams",), "tuple_rows": ("streams",),
     "batch": ("streams",),
     "events": ("tstream",), "bytes": ("numa-factor", "all"),
+    # the experiments whose scheduler is made by framework.make_scheduler on the real
+    # machine; a request under ordered, streams or txn runs inside one domain anyway
+    "domains": ("packet-size", "numa-placement", "schedulers", "all", "regions"),
 }
 # Options an experiment does not read (it generates its own streams, or sizes its own
 # thread counts): refused instead of silently ignored.
@@ -80,6 +83,11 @@ def add_arguments(p) -> None:
     p.add_argument("--bytes", type=array_bytes, default=None, metavar="SIZE",
                    help="numa-factor: the array reversed on each node pair, e.g. 4M (default 4x the L3, at least "
                    "64 MiB: memory, not cache; at most half of the memory available)")
+    from experiments.cli.run import domains_arg
+
+    p.add_argument("--domains", type=domains_arg, default=None, metavar="auto|off|N",
+                   help="packet-size, numa-placement, schedulers, all, regions: run the scheduler's runtime in N "
+                   "domain processes (auto: one per NUMA node, at most 8 workers each; default: in this process)")
     p.add_argument("--json", action="store_true", help="print the summary as a JSON object on the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
