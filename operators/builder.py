@@ -47,6 +47,20 @@ class Query:
         self._counter: dict[str, int] = {}
         self._consumed: set = set()  # operator outputs already connected
         self.output_schema: Schema | None = None
+        # Partitions (Plan.lane): a per-partition operator's index, set where partitions
+        # start (scans, values, a shuffle's outputs) and inherited along edges; an
+        # operator fed by several partitions (a union, a merge) has none.
+        self._lane_of: dict[str, int | None] = {}
+        self._lane_fixed: set = set()
+        self._port_lane: dict[tuple[str, str], int] = {}
+
+    def _set_lane(self, name: str, index: int) -> None:
+        self._lane_of[name] = index
+        self._lane_fixed.add(name)
+
+    def lane_of(self, name: str) -> int | None:
+        """The partition operator `name` belongs to, or None (Plan.lane)."""
+        return self._lane_of.get(name)
 
     def _add(self, prefix: str, factory, *args, **kwargs):
         """Add an operator; returns (name, prototype instance) -- the prototype tells its
@@ -62,6 +76,12 @@ class Query:
     def _edge(self, src: str, src_port: str, dst: str, dst_port: str) -> None:
         self.edges.append((src, src_port, dst, dst_port))
         self.plan.connect(f"{src}.{src_port}", f"{dst}.{dst_port}")
+        lane = self._port_lane.get((src, src_port), self._lane_of.get(src))
+        if lane is not None and dst not in self._lane_fixed:
+            if dst not in self._lane_of:
+                self._lane_of[dst] = lane
+            elif self._lane_of[dst] != lane:  # fed by two partitions: none
+                self._set_lane(dst, None)
 
     # -- sources ----------------------------------------------------------------------------
     def scan(self, table: str, columns: list[str], where: Expr | None = None,
@@ -79,6 +99,8 @@ class Query:
         for i in range(k):
             a, b = n * i // k, n * (i + 1) // k
             name, proto = self._add(f"scan_{table}_", O.Scan, t, list(columns), a, b, where)
+            if k > 1:
+                self._set_lane(name, i)
             parts.append((name, "out"))
             schema = proto.schema
         return Stream(self, parts, schema)
@@ -113,6 +135,8 @@ class Query:
         parts = []
         for i in range(k):
             name, _ = self._add("values", O.Values, schema, cols, n * i // k, n * (i + 1) // k)
+            if k > 1:
+                self._set_lane(name, i)
             parts.append((name, "out"))
         return Stream(self, parts, schema)
 
@@ -133,6 +157,9 @@ class Query:
             from operators.pipeline import fuse
 
             return fuse(self)
+        for n in self.nodes:
+            if self.lane_of(n) is not None:
+                self.plan.lane(n, self.lane_of(n))
         return self.plan
 
 
@@ -208,8 +235,12 @@ class Stream:
         for j in range(k):
             if len(splits) == 1:
                 parts.append((splits[0], f"out{j}"))
+                if k > 1:
+                    self.q._port_lane[(splits[0], f"out{j}")] = j
                 continue
             name, _ = self.q._add("union", O.Union, self.schema, len(splits))
+            if k > 1:
+                self.q._set_lane(name, j)
             for i, s in enumerate(splits):
                 self.q._edge(s, f"out{j}", name, f"in{i}")
             parts.append((name, "out"))

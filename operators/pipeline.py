@@ -587,6 +587,9 @@ def fuse(q) -> Plan:
             member_of[n] = len(pipes)
         pipes.append((chain, port_source, program))
     if not pipes:
+        for n in q.nodes:
+            if q.lane_of(n) is not None:
+                q.plan.lane(n, q.lane_of(n))
         return q.plan
     plan = Plan(q.plan.name)
     pipe_names = []
@@ -594,10 +597,15 @@ def fuse(q) -> Plan:
         k = member_of.get(name)
         if k is None:
             plan.add(name, factory, *args, **kwargs)
+            if q.lane_of(name) is not None:
+                plan.lane(name, q.lane_of(name))
         elif pipes[k][0][0] == name:
             pname = "+".join(pipes[k][0])
             plan.add(pname, partial(Pipeline, pipes[k][2]))
             pipe_names.append(pname)
+            lanes = {q.lane_of(n) for n in pipes[k][0]} - {None}
+            if len(lanes) == 1:  # a chain inside one partition (always, by how chains are cut)
+                plan.lane(pname, lanes.pop())
     for s, sp, d, dp in q.edges:
         ks, kd = member_of.get(s), member_of.get(d)
         if ks is not None and ks == kd:

@@ -70,3 +70,23 @@ def test_queries_equal_duckdb_in_domains(tpch, answers, policy, packet_bytes, bu
             got = h.result(300)
             assert got.column_names == output_columns(q)
             compare_tables(got, answers[q], rel_tol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,packet_bytes,parallel", [("bobox", None, 3), ("simple", 2048, 4)])
+def test_queries_equal_duckdb_spanning_domains(tpch, answers, policy, packet_bytes, parallel):
+    """Decomposed wider than one domain's workers, each request spans both domains
+    (bobox_sched/domains/span.py): its partitions split over them, the cross-domain
+    edges through shared-memory channels; every query at once, the same answers; no
+    channel segment left once they ended."""
+    from bobox_sched.domains import shm
+
+    with Scheduler(domains=2, threads_per_node=1, policy=policy, packet_bytes=packet_bytes, buffer_packets=1) as s:
+        hs = [(q, s.submit(T.plan(q, tpch, parallel))) for q in QUERIES]
+        for q, h in hs:
+            got = h.result(300)
+            assert sorted(c.domain for c in h._children) == [0, 1], q
+            assert got.column_names == output_columns(q)
+            compare_tables(got, answers[q], rel_tol=1e-6)
+        assert not [n for n in shm.ours() if n.endswith("-chan")]
+    assert not shm.ours()

@@ -29,6 +29,7 @@ class Plan:
         self.name = name
         self._specs: dict[str, tuple] = {}
         self._places: dict[str, int] = {}  # operator -> node slot (Plan.place)
+        self._lanes: dict[str, int] = {}  # operator -> partition of a decomposed plan (Plan.lane)
         self._edges: list[tuple[str, str | None, str, str | None]] = []
 
     # -- building -------------------------------------------------------------------------
@@ -68,6 +69,20 @@ class Plan:
     @property
     def placements(self) -> dict[str, int]:
         return dict(self._places)
+
+    def lane(self, name: str, index: int) -> None:
+        """Say that operator `name` belongs to partition `index` of a plan decomposed k
+        ways (``Query(parallel=k)`` says it of every per-partition operator). The
+        in-process runtime ignores it; a Scheduler with domains may run different
+        partitions in different domains (a request spanning domains), the operators
+        without a lane in the request's home domain."""
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"operator '{name}': lane must be an integer >= 0, got {index!r}")
+        self._lanes[name] = index
+
+    @property
+    def lanes(self) -> dict[str, int]:
+        return dict(self._lanes)
 
     @property
     def operator_names(self) -> list[str]:

@@ -166,6 +166,10 @@ class DomainHandle:
         self._failed: str | None = None
         self._t_submit = time.perf_counter()
         self._waited: float | None = None  # seconds it waited in the front before its domain got it
+        self._children: list | None = None  # a request spanning domains: its parts' handles (span.py)
+        self._left = 0  # parts not ended yet (front's _lock)
+        self._failing = False  # a part failed: the others were cancelled (front's _lock)
+        self._cancelled = False  # cancel() was called on a spanning request
 
     def result(self, timeout: float | None = None):
         try:
@@ -381,6 +385,10 @@ class DomainFront:
         self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, {node: blob}): pickled once per node
         self._dead: dict = {}  # slot -> why: a domain that died and could not be restarted
         self._plan_ids = itertools.count(1)
+        self._bells: dict = {}  # slot -> bell segment name (channel.py), made on the first spanning request
+        self._bell_segs: list = []
+        self._channels: set = set()  # channel segment names of spanning requests not ended yet
+        self._span_policy = self._kwargs.get("policy", "bobox") in ("bobox", "simple")
         _lifecycle.adopt(self)
         doms: list[_Domain] = []
         try:
@@ -569,6 +577,10 @@ class DomainFront:
         elif ordering is not None:
             raise ValueError("ordering= needs parallelism=")
         plan.validate()
+        if _slot is None and plan._lanes and self._span_policy and len(self._places) > 1:
+            slots = self._span_slots(plan, node)
+            if len(slots) > 1:
+                return self._submit_span(plan, slots)
         fp = _fingerprint(plan)
         with self._lock:
             hit = self._plans.get(id(plan))
@@ -590,6 +602,103 @@ class DomainFront:
             self._take(d, job)
         self._send(d, job)
         return job.h
+
+    # -- requests spanning domains (span.py) ---------------------------------------------
+    def _span_slots(self, plan, node) -> list[int]:
+        """The domains a decomposed plan runs on: its home (the least loaded), and as
+        many more as its lanes need beyond the home's workers (same node first, least
+        loaded first); one slot: it runs whole in its home."""
+        k = len(set(plan._lanes.values()))
+        with self._lock:
+            home = self._pick(node)
+            need = -(-k // max(home.workers, 1))
+            if need <= 1:
+                return [home.slot]
+            load = lambda d: (len(d.running) + len(d.waiting)) / max(d.workers, 1)  # noqa: E731
+            others = sorted((d for d in self._slots if d is not None and d is not home
+                             and (node is None or d.node == node)),
+                            key=lambda d: (d.node != home.node, load(d), d.slot))
+            return [home.slot] + [d.slot for d in others[:need - 1]]
+
+    def _submit_span(self, plan, slots: list[int]) -> DomainHandle:
+        from bobox_sched.domains.channel import create_bell
+        from bobox_sched.domains.span import split
+
+        with self._lock:
+            for s in slots:
+                if s not in self._bells:
+                    seg = create_bell()
+                    seg.close()
+                    self._bell_segs.append(seg)
+                    self._bells[s] = seg.name
+            bells = dict(self._bells)
+        parts, segs = split(plan, slots, bells)
+        names = [g.name for g in segs]
+        with self._lock:
+            self._channels.update(names)
+        parent = DomainHandle(self, next(self._ids), plan.name)
+        parent.domain = slots[0]
+        children = []
+        try:
+            for s, part in parts.items():  # at once, past the in-flight limit: the parts feed each other
+                children.append(self.submit(part, None, None, None, _slot=s))
+        except BaseException:
+            for c in children:
+                c.cancel()
+            self._unlink_channels(names)
+            raise
+        parent._children = children
+        parent._left = len(children)
+        for c in children:
+            c.future.add_done_callback(lambda _f, c=c: self._part_done(parent, c, names))
+        return parent
+
+    def _part_done(self, parent: DomainHandle, c: DomainHandle, names: list) -> None:
+        """A part ended: the first failure fails the request and cancels the other parts;
+        the last one completes it (its result: the part that set one, the home's first)."""
+        exc = c.future.exception()
+        with self._lock:
+            parent._left -= 1
+            last = parent._left == 0
+            first_failure = exc is not None and not parent._failing
+            if first_failure:
+                parent._failing = True
+        if first_failure:
+            for o in parent._children:
+                if o is not c and not o.done():
+                    o.cancel()
+        if not last:
+            return
+        self._unlink_channels(names)
+        kids = parent._children
+        st = _summed([k._stats for k in kids if isinstance(k._stats, dict)])
+        if st:
+            st["elapsed_s"] = max((k._stats or {}).get("elapsed_s", 0.0) for k in kids)
+        st["parts"] = [{"domain": k.domain, "operators": (k._stats or {}).get("operators")} for k in kids]
+        parent._stats = st
+        errs = [(k, k.future.exception()) for k in kids if k.future.exception() is not None]
+        if parent._cancelled and errs:
+            parent.future.set_exception(RequestCancelled(f"request {parent.id} ({parent.name}) was cancelled"))
+            return
+        if errs:  # the cause, not what it caused: the other parts end cancelled or find their channel gone
+            from bobox_sched.domains.channel import ChannelGone
+
+            rank = sorted(errs, key=lambda ke: (isinstance(ke[1], (RequestCancelled, ChannelGone)),
+                                                isinstance(ke[1], RequestCancelled)))
+            k, e = rank[0]
+            parent._failed = k._failed
+            parent.future.set_exception(e)
+            return
+        vals = [k.future.result() for k in kids]
+        parent.future.set_result(next((v for v in vals if v is not None), None))
+
+    def _unlink_channels(self, names: list) -> None:
+        from bobox_sched.domains.shm import Segment
+
+        with self._lock:
+            self._channels.difference_update(names)
+        for n in names:
+            Segment(n, 0, None, False).unlink()
 
     def _blob(self, plan, blobs: dict, node) -> bytes:
         """The plan's bytes for a domain of `node`, pickled once per node."""
@@ -655,6 +764,11 @@ class DomainFront:
         return [h.result(timeout) for h in hs]
 
     def _cancel(self, h: DomainHandle) -> None:
+        if h._children is not None:  # spanning: each part
+            h._cancelled = True
+            for c in h._children:
+                c.cancel()
+            return
         with self._lock:
             for o in self._slots:  # not started: it leaves the front's list, cancelled here
                 if o is not None:
@@ -814,6 +928,9 @@ class DomainFront:
             if d.reader is not None:
                 d.reader.join()
         own = [d for d in doms if d.reader is me]
+        self._unlink_channels(list(self._channels))
+        for seg in self._bell_segs:
+            seg.unlink()
         if not own:
             self._share.close()
         else:  # the shared arrays go once that domain has ended too

@@ -116,6 +116,26 @@ def ring_pop(r, out):
 
 
 @njit(nogil=True, cache=True)
+def ring_peek(r, out):
+    """Copy the oldest descriptor into `out` without popping it; False if the ring is
+    empty. The consumer reads what the descriptor points at, then ``ring_advance``:
+    until then the producer cannot reuse what it points at (a slot of a channel)."""
+    h = r[HEAD]
+    if atomic_load(r, TAIL) == h:
+        return False
+    base = SLOTS + (h & (r[CAP] - 1)) * r[WIDTH]
+    for k in range(r[WIDTH]):
+        out[k] = r[base + k]
+    return True
+
+
+@njit(nogil=True, cache=True)
+def ring_advance(r):
+    """Pop the oldest descriptor, already read with ``ring_peek`` (consumer only)."""
+    atomic_store(r, HEAD, r[HEAD] + 1)
+
+
+@njit(nogil=True, cache=True)
 def ring_len(r):
     """Descriptors queued (a snapshot: exact for either side about its own moves). Head
     first: both only grow, so tail read after it is never behind it."""
@@ -176,6 +196,16 @@ class Ring:
         self._rows(out, "pop_many")
         return int(ring_pop_many(self.r, out))
 
+    def peek(self) -> np.ndarray | None:
+        """The oldest descriptor, left in the ring (a reused array), or None."""
+        return self._one if ring_peek(self.r, self._one) else None
+
+    def advance(self) -> None:
+        """Pop the descriptor ``peek`` gave (the ring must not be empty)."""
+        if not ring_len(self.r):
+            raise ValueError("advance() on an empty ring")
+        ring_advance(self.r)
+
     def _rows(self, a: np.ndarray, what: str) -> None:
         if not (isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 2 and a.shape[1] == self.width
                 and a.flags.c_contiguous):
@@ -194,5 +224,5 @@ def check_shape(capacity, width) -> None:
         raise ValueError(f"ring width must be 1 to {MAX_WIDTH} words, got {width!r}")
 
 
-__all__ = ["MAX_CAPACITY", "MAX_WIDTH", "Ring", "check_shape", "ring_bytes", "ring_len", "ring_pop", "ring_pop_many",
-           "ring_push", "ring_push_many", "ring_words"]
+__all__ = ["MAX_CAPACITY", "MAX_WIDTH", "Ring", "check_shape", "ring_advance", "ring_bytes", "ring_len", "ring_peek",
+           "ring_pop", "ring_pop_many", "ring_push", "ring_push_many", "ring_words"]

@@ -1,0 +1,386 @@
+"""One edge of a request that spans domains: packets from an operator in one domain
+process to an operator in another, through shared memory.
+
+A channel is one segment (``shm.Segment``, made by the front for one request and
+unlinked when the request ends):
+
+====================================  ==============================================
+bytes 0 .. R                          a ring (``ring.py``) of ``SLOTS`` descriptors of
+                                      4 words: kind, rows, bytes, 0
+R .. R + 64                           word 0: ``gone``, set to 1 by the consumer side
+                                      when nothing will read any more
+R + 64 ...                            ``SLOTS`` slots of ``SLOT_BYTES``: the data of
+                                      descriptor i lives in slot ``i % SLOTS``
+====================================  ==============================================
+
+Descriptors: ``SCHEMA`` (its slot holds the column names and dtypes, pickled: metadata,
+not data; sent before the first packet and whenever they change), ``DATA`` (its slot
+holds ``rows`` rows, column after column in schema order, each column at a 64-byte
+boundary), ``END`` (end of stream). A packet larger than a slot travels as several.
+
+Each receiving domain has a *bell* (a segment of 2 words, made by the front once per
+domain): word 0 counts the descriptors pushed to any of that domain's channels, word 1
+says its receiver is asleep (or going to sleep) on word 0 with ``futex`` (a shared, not
+private, futex: it works across processes on a shared mapping).
+
+Protocol (who touches what, when):
+
+* the producer is the one ``ChannelOut`` operator of the edge, run by one worker at a
+  time in the producing domain: it alone writes free slots and the ring's tail. It
+  waits for room (the ring full: every slot holds unread data) by sleeping with
+  backoff, and gives up with ``ChannelGone`` once ``gone`` is set or its own request
+  ended (a cancel does not otherwise reach a task that waits: a receiving side that
+  never started, so never set ``gone``, would hold that worker for ever);
+* a slot is free once the consumer advanced past its descriptor. The consumer is the
+  receiving domain's ``Receiver`` thread (one per domain process), which *peeks* a
+  descriptor, copies the slot's columns into new arrays, and only then advances
+  (``ring_peek`` / ``ring_advance``): the producer can never overwrite a slot being
+  read. The copies go into the ``StreamChannel`` of the edge's ``ChannelIn`` (a
+  ``QueueSource``), unbounded, so the receiver never waits for a worker, and a
+  producer waits only for a receiver, which always makes progress: no cycle of
+  domains waiting on each other's workers can form (an all-to-all exchange between
+  two one-worker domains would deadlock on slots held until a worker consumed them);
+* after a push the producer adds 1 to the bell's count and, if the receiver's flag
+  says it sleeps, wakes it (``FUTEX_WAKE``). The receiver reads the count, drains every
+  channel, and if it found nothing sets its flag, re-reads the count and sleeps only
+  if it is unchanged (``FUTEX_WAIT`` on that value, at most ``SLEEP_S``). Both sides'
+  accesses are sequentially consistent atomics (``core/atomics.py``): a push after the
+  receiver's last look is either seen by its re-read or wakes it;
+* the consumer sets ``gone`` when its request ended before the end of stream
+  (cancelled, failed): a producer waiting for room stops.
+
+Copies: two per hop (the producer's packet into the slot, the slot into the
+consumer's arrays). The first goes once the domains' packet pools live in shared memory
+(a packet would then travel as its pool offset); the second once a slot can be held
+until the consumer's packet dies, which needs the slots to be released from any
+thread without a lock, and the producer's wait to stay bounded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pickle
+import platform
+import threading
+import time
+
+import numpy as np
+from numba import njit
+
+from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store
+from bobox_sched.core.operator import StreamOperator
+from bobox_sched.core.sources import QueueSource, StreamChannel
+from bobox_sched.domains.ring import Ring, ring_bytes
+from bobox_sched.domains.shm import Segment
+
+SLOTS = 8  # descriptors (and slots) per channel: a power of two
+# A slot holds a default packet (the bobox policy's half of a 2 MiB L2: 1 MiB) with room
+# for column alignment; a larger packet travels in several.
+SLOT_BYTES = (1 << 20) + 4096
+DATA, SCHEMA, END = 1, 2, 3
+WIDTH = 4
+ALIGN = 64
+SLEEP_S = 0.2  # a receiver's longest sleep: a missed wake-up (none is known) costs at most this
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+
+
+class ChannelGone(RuntimeError):
+    """The receiving side of a channel ended before the end of the stream."""
+
+
+def channel_bytes() -> int:
+    return ring_bytes(SLOTS, WIDTH) + 64 + SLOTS * SLOT_BYTES
+
+
+def create_channel() -> Segment:
+    """A new channel segment (the front's; module doc), its ring laid out."""
+    seg = Segment.create(channel_bytes(), "chan")
+    Ring.create(seg.array(np.int64, count=ring_bytes(SLOTS, WIDTH) // 8), SLOTS, WIDTH)
+    return seg
+
+
+def create_bell() -> Segment:
+    seg = Segment.create(4096, "bell")
+    return seg
+
+
+@njit(nogil=True, cache=True)
+def _ring_bell(bell):
+    """After a push: count it; True if the receiver sleeps (then wake it)."""
+    atomic_add(bell, 0, 1)
+    return atomic_load(bell, 1) != 0
+
+
+@njit(nogil=True, cache=True)
+def _load(words, i):
+    return atomic_load(words, i)
+
+
+@njit(nogil=True, cache=True)
+def _store(words, i, v):
+    atomic_store(words, i, v)
+
+
+_libc = None
+
+
+def _futex(addr: int, op: int, val: int, timeout: float | None = None) -> None:
+    global _libc
+    if _SYS_FUTEX is None:  # no futex number known here: the receiver polls (SLEEP_S / 100)
+        if op == _FUTEX_WAIT:
+            time.sleep(SLEEP_S / 100)
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if timeout is None:
+        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), op, ctypes.c_int(val), None, None, 0)
+    else:
+        ts = (ctypes.c_long * 2)(int(timeout), int((timeout % 1) * 1e9))
+        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(addr), op, ctypes.c_int(val), ts, None, 0)
+
+
+def _layout(schema: list, rows: int) -> tuple[list[int], int]:
+    """Each column's byte offset in a slot for `rows` rows, and the bytes in all."""
+    offs, at = [], 0
+    for _, dt in schema:
+        offs.append(at)
+        at += -(-rows * np.dtype(dt).itemsize // ALIGN) * ALIGN
+    return offs, at
+
+
+class _Mapped:
+    """A channel's segment mapped here: its ring, control words and slots."""
+
+    def __init__(self, name: str):
+        self.seg = Segment.attach(name)
+        rb = ring_bytes(SLOTS, WIDTH)
+        self.ring = Ring(self.seg.array(np.int64, count=rb // 8))
+        self.ctl = self.seg.array(np.int64, offset=rb, count=8)
+        self.data = self.seg.array(np.uint8, offset=rb + 64, count=SLOTS * SLOT_BYTES)
+
+    def slot(self, i: int) -> np.ndarray:
+        k = i % SLOTS
+        return self.data[k * SLOT_BYTES:(k + 1) * SLOT_BYTES]
+
+
+class ChannelWriter:
+    """The producing side of one channel (module doc)."""
+
+    def __init__(self, name: str, bell: str):
+        self.m = _Mapped(name)
+        self.bell_seg = Segment.attach(bell)
+        self.bell = self.bell_seg.array(np.int64, count=2)
+        self.pushed = 0  # descriptors pushed: the next one's slot is pushed % SLOTS
+        self.schema: list | None = None
+        self.d = np.zeros(WIDTH, np.int64)
+        self.alive = None  # () -> False once the producing request ended (cancelled): a wait stops
+
+    def _room(self) -> None:
+        wait = 20e-6
+        while len(self.m.ring) >= SLOTS:
+            if _load(self.m.ctl, 0):
+                raise ChannelGone("the receiving domain's request ended")
+            if self.alive is not None and not self.alive():
+                raise ChannelGone("this request ended while its channel was full")
+            time.sleep(wait)
+            wait = min(wait * 2, 1e-3)
+
+    def _push(self, kind: int, rows: int, nbytes: int) -> None:
+        self.d[0], self.d[1], self.d[2] = kind, rows, nbytes
+        if not self.m.ring.push(self.d):
+            raise AssertionError("channel ring full after waiting for room")  # only this side pushes
+        self.pushed += 1
+        if _ring_bell(self.bell):
+            _futex(self.bell.ctypes.data, _FUTEX_WAKE, 1)
+
+    def send(self, columns: dict, rows: int) -> None:
+        schema = [(k, np.asarray(v).dtype.str) for k, v in columns.items()]
+        for k, v in columns.items():
+            if np.asarray(v).dtype.hasobject:
+                raise TypeError(f"column {k!r} holds Python objects: it cannot cross domains")
+        if schema != self.schema:
+            blob = pickle.dumps(schema)
+            if len(blob) > SLOT_BYTES:
+                raise ValueError(f"a packet of {len(schema)} columns: its schema does not fit a channel slot")
+            self._room()
+            self.m.slot(self.pushed)[:len(blob)] = np.frombuffer(blob, np.uint8)
+            self._push(SCHEMA, 0, len(blob))
+            self.schema = schema
+        cols = [np.ascontiguousarray(columns[k]) for k, _ in schema]
+        per_row = sum(np.dtype(dt).itemsize for _, dt in schema)
+        step = max(1, (SLOT_BYTES - ALIGN * len(schema)) // per_row) if per_row else max(rows, 1)
+        a = 0
+        while True:
+            b = min(rows, a + step)
+            offs, nbytes = _layout(schema, b - a)
+            self._room()
+            slot = self.m.slot(self.pushed)
+            for c, off in zip(cols, offs):
+                part = c[a:b]
+                slot[off:off + part.nbytes] = part.view(np.uint8).reshape(-1)
+            self._push(DATA, b - a, nbytes)
+            a = b
+            if a >= rows:
+                break
+
+    def end(self) -> None:
+        self._room()
+        self._push(END, 0, 0)
+
+
+class ChannelOut(StreamOperator):
+    """The producing end of a cross-domain edge: every packet it gets goes into
+    channel `name`, whose receiving domain rings `bell` (module doc)."""
+
+    outputs = ()
+
+    def __init__(self, name: str, bell: str):
+        self.channel_name, self.bell_name = name, bell  # (an operator's `name` is its name in the plan)
+        self._w: ChannelWriter | None = None
+
+    def _writer(self) -> ChannelWriter:
+        if self._w is None:
+            self._w = ChannelWriter(self.channel_name, self.bell_name)
+        return self._w
+
+    def _writer_of(self, ctx) -> ChannelWriter:
+        w = self._writer()
+        if w.alive is None:
+            req = ctx.task.req
+            w.alive = lambda: req.state is req.ACTIVE  # a cancel reaches a worker waiting for room
+        return w
+
+    def on_packet(self, ctx, port, pkt):
+        self._writer_of(ctx).send(pkt.columns, pkt.nrows)
+
+    def on_end(self, ctx):
+        self._writer_of(ctx).end()
+
+
+class _Reader:
+    """One channel's consuming side, driven by its domain's receiver."""
+
+    def __init__(self, name: str, chan: StreamChannel):
+        self.m = _Mapped(name)
+        self.chan = chan
+        self.schema: list | None = None
+        self.popped = 0
+
+    def ended(self) -> bool:
+        """Whether the request reading this channel ended (its source was collected or
+        its request is no longer active)."""
+        ref = self.chan._consumer
+        if ref is None:
+            return False  # not bound yet: its first run is to come
+        task = ref()
+        return task is None or task.req.state is not task.req.ACTIVE
+
+    def drain(self) -> tuple[int, bool]:
+        """Move what the ring holds into the StreamChannel: (descriptors moved, done)."""
+        ring, moved = self.m.ring, 0
+        while True:
+            d = ring.peek()
+            if d is None:
+                return moved, False
+            kind, rows = int(d[0]), int(d[1])
+            slot = self.m.slot(self.popped)
+            if kind == SCHEMA:
+                self.schema = pickle.loads(slot[:int(d[2])].tobytes())
+            elif kind == DATA:
+                offs, _ = _layout(self.schema, rows)
+                cols = {}
+                for (k, dt), off in zip(self.schema, offs):
+                    dt = np.dtype(dt)
+                    cols[k] = slot[off:off + rows * dt.itemsize].view(dt).copy()  # the slot is reused after advance
+                self.chan.put(cols)
+            ring.advance()
+            self.popped += 1
+            moved += 1
+            if kind == END:
+                self.chan.close()
+                return moved, True
+
+
+class Receiver:
+    """The thread of one domain process that moves every incoming channel's packets into
+    its ``ChannelIn`` sources (module doc). One per bell, started on first use."""
+
+    _by_bell: dict = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def of(cls, bell: str) -> "Receiver":
+        with cls._lock:
+            r = cls._by_bell.get(bell)
+            if r is None:
+                r = cls._by_bell[bell] = cls(bell)
+            return r
+
+    def __init__(self, bell: str):
+        self.seg = Segment.attach(bell)
+        self.bell = self.seg.array(np.int64, count=2)
+        self._lock = threading.Lock()  # guards _readers (added by submitting threads, walked by the receiver)
+        self._readers: list[_Reader] = []
+        self.thread = threading.Thread(target=self._run, name="bobox-receiver", daemon=True)
+        self.thread.start()
+
+    def add(self, name: str, chan: StreamChannel) -> None:
+        rd = _Reader(name, chan)
+        with self._lock:
+            self._readers.append(rd)
+        self._wake()
+
+    def _wake(self) -> None:
+        if _ring_bell(self.bell):
+            _futex(self.bell.ctypes.data, _FUTEX_WAKE, 1)
+
+    def _run(self) -> None:
+        bell = self.bell
+        while True:
+            seen = _load(bell, 0)
+            with self._lock:
+                readers = list(self._readers)
+            moved, finished = 0, []
+            for rd in readers:
+                try:
+                    n, done = rd.drain()
+                except RuntimeError:  # put() refused: the reading request ended
+                    n, done = 0, True
+                if not done and rd.ended():
+                    done = True
+                if done:
+                    _store(rd.m.ctl, 0, 1)  # gone: a producer still waiting for room stops
+                    finished.append(rd)
+                moved += n
+            if finished:
+                with self._lock:
+                    self._readers = [r for r in self._readers if r not in finished]
+            if moved:
+                continue
+            _store(bell, 1, 1)  # asleep; then look once more (module doc)
+            if _load(bell, 0) == seen:
+                _futex(bell.ctypes.data, _FUTEX_WAIT, int(np.int64(seen).astype(np.int32)), SLEEP_S)
+            _store(bell, 1, 0)
+
+
+class ChannelIn(QueueSource):
+    """The consuming end of a cross-domain edge: a source of the packets that arrive
+    through channel `name` (its domain's receiver, listening on `bell`, feeds it). It
+    joins the receiver when it first runs: a plan's operators are also made to be
+    checked (``Plan.validate``), in the front too, and those must touch nothing."""
+
+    def __init__(self, name: str, bell: str):
+        super().__init__(StreamChannel(capacity=None))
+        self.channel_name, self.bell_name = name, bell
+        self._joined = False
+
+    def process(self, ctx):
+        if not self._joined:
+            self._joined = True
+            Receiver.of(self.bell_name).add(self.channel_name, self.channel)
+        super().process(ctx)
+
+
+__all__ = ["ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
+           "channel_bytes", "create_bell", "create_channel"]
