@@ -174,3 +174,54 @@ def test_a_decomposed_plan_stays_whole_where_one_domain_has_the_workers():
     with Scheduler(domains=2, threads_per_node=1, policy="streams") as s:  # a stream policy: never spans
         h = s.submit(lanes_plan((Range, 100, 10), (Range, 100, 10)))
         assert h.result(60) == 2 * 4950 and h._children is None
+
+
+def test_parallel_region_channels_spread_over_domains():
+    """``submit(plan, parallelism=N)`` with N above a domain's workers: the region's
+    channels run in both domains, its splitter and merger in the home one; the output,
+    punctuations included, is the sequential run's (the regions property test draws
+    such runs too: ``test_regions_runtime.py``)."""
+    from bobox_sched.control.punct import Window
+    from bobox_sched.regions.fission import parallelize
+    from experiments.region_ops import ArraySource, Concat2, FlatMap, Record, Tee2, Work, same_output
+
+    def plan(n, puncts):
+        rng = np.random.default_rng(7)
+        cols = {"x": rng.integers(-1000, 1000, n).astype(np.int64), "k": rng.integers(0, 64, n).astype(np.int64),
+                "k2": rng.integers(0, 64, n).astype(np.int64)}
+        p = Plan("region")
+        p.add("src", ArraySource, cols, (128, 7), puncts)
+        p.add("w", Work, 4)
+        p.add("f", FlatMap, 2)
+        p.add("sink", Record)
+        p.chain("src", "w", "f", "sink")
+        return p
+
+    def dag():  # fan-out and in around two regions, no rows: what the regions property test found
+        p = Plan("dag")
+        p.add("src", ArraySource, {"x": np.zeros(0, np.int64), "k": np.zeros(0, np.int64),
+                                   "k2": np.zeros(0, np.int64)}, (0, 3), [(0, Window(wid=0))])
+        p.add("tee", Tee2)
+        p.add("tee_a", Work, 0)
+        p.add("tee_b", Work, 0)
+        p.add("concat", Concat2)
+        p.add("sink", Record)
+        p.connect("src", "tee")
+        p.connect("tee.out0", "tee_a")
+        p.connect("tee.out1", "tee_b")
+        p.connect("tee_a", "concat.in0")
+        p.connect("tee_b", "concat.in1")
+        p.connect("concat", "sink")
+        return parallelize(p, 2, epoch=1)
+
+    plans = [plan(3000, [(500, Window(wid="a")), (2000, Window(wid="b"))]),
+             plan(0, [(0, Window(wid="z"))]), dag()]
+    with Scheduler(policy="bobox", threads_per_node=1) as one:
+        wants = [one.submit(p).result(120) for p in plans]
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        for p, want in zip(plans, wants):
+            for degree in ((2, 5) if p.name == "region" else (None,)):
+                h = s.submit(p, parallelism=degree)
+                assert same_output(want, h.result(120))
+                assert [q for _, q in h.result()["puncts"]] == [q for _, q in want["puncts"]]
+                assert sorted(c.domain for c in h._children) == [0, 1]

@@ -16,7 +16,9 @@ R + 64 ...                            ``SLOTS`` slots of ``SLOT_BYTES``: the dat
 Descriptors: ``SCHEMA`` (its slot holds the column names and dtypes, pickled: metadata,
 not data; sent before the first packet and whenever they change), ``DATA`` (its slot
 holds ``rows`` rows, column after column in schema order, each column at a 64-byte
-boundary), ``END`` (end of stream). A packet larger than a slot travels as several.
+boundary), ``PUNCT`` (a punctuation, pickled: a parallel region's pulse, a latency
+marker, a watermark, in its place among the packets), ``END`` (end of stream). A packet
+larger than a slot travels as several.
 
 Each receiving domain has a *bell* (a segment of 2 words, made by the front once per
 domain): word 0 counts the descriptors pushed to any of that domain's channels, word 1
@@ -77,7 +79,7 @@ SLOTS = 8  # descriptors (and slots) per channel: a power of two
 # A slot holds a default packet (the bobox policy's half of a 2 MiB L2: 1 MiB) with room
 # for column alignment; a larger packet travels in several.
 SLOT_BYTES = (1 << 20) + 4096
-DATA, SCHEMA, END = 1, 2, 3
+DATA, SCHEMA, END, PUNCT = 1, 2, 3, 4
 WIDTH = 4
 ALIGN = 64
 SLEEP_S = 0.2  # a receiver's longest sleep: a missed wake-up (none is known) costs at most this
@@ -224,6 +226,14 @@ class ChannelWriter:
             if a >= rows:
                 break
 
+    def punct(self, p) -> None:
+        blob = pickle.dumps(p)
+        if len(blob) > SLOT_BYTES:
+            raise ValueError(f"a punctuation of {len(blob)} bytes does not fit a channel slot")
+        self._room()
+        self.m.slot(self.pushed)[:len(blob)] = np.frombuffer(blob, np.uint8)
+        self._push(PUNCT, 0, len(blob))
+
     def end(self) -> None:
         self._room()
         self._push(END, 0, 0)
@@ -234,6 +244,7 @@ class ChannelOut(StreamOperator):
     channel `name`, whose receiving domain rings `bell` (module doc)."""
 
     outputs = ()
+    punct_in = "expecting"  # punctuations cross too, in their place (control.model.EXPECTING)
 
     def __init__(self, name: str, bell: str):
         self.channel_name, self.bell_name = name, bell  # (an operator's `name` is its name in the plan)
@@ -253,6 +264,9 @@ class ChannelOut(StreamOperator):
 
     def on_packet(self, ctx, port, pkt):
         self._writer_of(ctx).send(pkt.columns, pkt.nrows)
+
+    def on_punct(self, ctx, port, p):
+        self._writer_of(ctx).punct(p)
 
     def on_end(self, ctx):
         self._writer_of(ctx).end()
@@ -287,6 +301,8 @@ class _Reader:
             slot = self.m.slot(self.popped)
             if kind == SCHEMA:
                 self.schema = pickle.loads(slot[:int(d[2])].tobytes())
+            elif kind == PUNCT:
+                self.chan.put(pickle.loads(slot[:int(d[2])].tobytes()))
             elif kind == DATA:
                 offs, _ = _layout(self.schema, rows)
                 cols = {}

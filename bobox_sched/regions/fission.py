@@ -171,6 +171,7 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
         for c in range(n):
             cname = f"{name}@{c}"
             new.add(cname, make_channel, spec, mode[r.index], c, n, check)
+            new.lane(cname, c)  # a Scheduler with domains may run channel c elsewhere (Plan.lane)
             if place:
                 new.place(cname, c)
     prev_of = {b: a for a, b in rp.shuffles}
@@ -187,11 +188,13 @@ def _expand(plan, rp, degrees, overrides, epoch, epoch_unit, place, check, stats
                 else STRICT)
             for j in range(n):
                 new.add(f"{r.head}@shuffle{j}", MergerOperator, na, strat, True, check, "shuffle", stats)
+                new.lane(f"{r.head}@shuffle{j}", j)
                 if place:
                     new.place(f"{r.head}@shuffle{j}", j)
             for i in range(na):
                 new.add(f"{a.tail}@route{i}", SplitterOperator, n, r.key, False, False, epoch, epoch_unit,
                         SHUFFLE_ROLE, stats)
+                new.lane(f"{a.tail}@route{i}", i)
                 if place:
                     new.place(f"{a.tail}@route{i}", i)
         if r.last_joint == RG.MERGE:
