@@ -9,6 +9,16 @@ figures that exist so far), measured side by side in one run.
   processes start before the clock does (once per Scheduler, as in use);
 * ``hop_us`` and ``stream_ns_per_descriptor``: the descriptor ring between two
   processes (``experiments/ring_bench.py``), what a packet crossing domains will pay;
+* ``span_gil_speedup``: one request of the GIL-bound work decomposed into one lane per
+  CPU (``lanes_plan``), in-process with every CPU as a worker against domains with one
+  worker each, where the request *spans* the domains (``bobox_sched/domains/span.py``):
+  its lanes run in different interpreters, joined through channels;
+* ``channel_us_per_packet`` and ``channel_gb_s``: what a cross-domain edge adds. A
+  request moves ``hop_packets`` one-row packets (and, for the bandwidth,
+  ``bulk_packets`` packets of 512 KiB) from a lane in one domain to the home domain;
+  the same plan in one process is timed beside it, and the difference per packet (or
+  the bytes over the spanning run's time) is the figure. ``hop_copies``: the column
+  data copies a packet makes on the way (``channel.COPIES_PER_HOP``, by construction);
 * a crash (``crash_check``): one of two domains killed while 8 requests run (their plan
   holds a 2 MiB array, so a shared segment exists): ``crash_failed`` /
   ``crash_completed`` requests, whether the completed ones and two requests after the
@@ -132,8 +142,103 @@ class _Ballast(StreamOperator):
         ctx.finish()
 
 
+class Rows(Source):
+    """`n` packets of `rows` int64 rows, packet i holding i."""
+
+    def __init__(self, n: int, rows: int):
+        self.n, self.rows, self.i = n, rows, 0
+
+    def next_packet(self, ctx):
+        if self.i >= self.n:
+            return None
+        p = ctx.new_packet({"x": np.int64}, self.rows)
+        p["x"][:] = self.i
+        self.i += 1
+        return p
+
+
+class Gather(StreamOperator):
+    """Every input's packets on: the home domain's end of the lanes."""
+
+    def __init__(self, n: int):
+        self.inputs = tuple(f"in{i}" for i in range(n))
+
+    def on_packet(self, ctx, port, pkt):
+        ctx.send("out", pkt)
+
+
+def lanes_plan(lanes: list) -> Plan:
+    """One lane per (source factory, args, work loops or 0), gathered into ``Total``."""
+    p = Plan(f"lanes{len(lanes)}")
+    p.add("gather", Gather, len(lanes))
+    p.add("sink", Total)
+    p.connect("gather", "sink")
+    for i, (factory, args, loops) in enumerate(lanes):
+        p.add(f"src{i}", factory, *args)
+        p.lane(f"src{i}", i)
+        last = f"src{i}"
+        if loops:
+            p.add(f"work{i}", PyWork, loops)
+            p.lane(f"work{i}", i)
+            p.connect(last, f"work{i}")
+            last = f"work{i}"
+        p.connect(last, f"gather.in{i}")
+    return p
+
+
+def _one(s, plan, want) -> float:
+    t0 = time.perf_counter()
+    h = s.submit(plan)
+    got = h.result(600)
+    dt = time.perf_counter() - t0
+    if got != want:
+        raise RuntimeError(f"domains bench: {plan.name} gave {got}, want {want}")
+    return dt
+
+
+def span_figures(one, many, ncpu: int, packets: int, loops: int, repeat: int, hop_packets: int,
+                 bulk_packets: int) -> dict:
+    """``span_gil_speedup`` and the channel's cost (module doc), on schedulers `one`
+    (in-process, `ncpu` workers) and `many` (`ncpu` domains of one worker)."""
+    from bobox_sched.domains.channel import COPIES_PER_HOP
+
+    per = max(1, packets // ncpu)
+    gil = lanes_plan([(Count, (per,), loops)] * ncpu)
+    gil_want = ncpu * 64 * per * (per - 1) // 2
+    bulk_rows = (512 << 10) // 8
+    hop = lanes_plan([(Rows, (0, 1), 0), (Rows, (hop_packets, 1), 0)])
+    bulk = lanes_plan([(Rows, (0, 1), 0), (Rows, (bulk_packets, bulk_rows), 0)])
+    hop_want = hop_packets * (hop_packets - 1) // 2
+    bulk_want = bulk_rows * bulk_packets * (bulk_packets - 1) // 2
+    for s in (one, many):  # warm: kernels, pools, the receivers
+        _one(s, lanes_plan([(Count, (2,), 10)] * ncpu), ncpu * 64)
+        _one(s, lanes_plan([(Rows, (0, 1), 0), (Rows, (4, bulk_rows), 0)]), bulk_rows * 6)
+    t = {k: [] for k in ("gil_in", "gil_dom", "hop_in", "hop_dom", "bulk_in", "bulk_dom")}
+    for _ in range(repeat):
+        t["gil_in"].append(_one(one, gil, gil_want))
+        t["gil_dom"].append(_one(many, gil, gil_want))
+        t["hop_in"].append(_one(one, hop, hop_want))
+        t["hop_dom"].append(_one(many, hop, hop_want))
+        t["bulk_in"].append(_one(one, bulk, bulk_want))
+        t["bulk_dom"].append(_one(many, bulk, bulk_want))
+    m = {k: statistics.median(v) for k, v in t.items()}
+    return {
+        "span_gil_speedup": round(m["gil_in"] / m["gil_dom"], 3),
+        "span_in_process_s": round(m["gil_in"], 4),
+        "span_domains_s": round(m["gil_dom"], 4),
+        "channel_us_per_packet": round(1e6 * (m["hop_dom"] - m["hop_in"]) / hop_packets, 2),
+        "channel_hop_s": round(m["hop_dom"], 4),
+        "local_hop_s": round(m["hop_in"], 4),
+        "hop_packets": hop_packets,
+        "channel_gb_s": round(bulk_packets * bulk_rows * 8 / m["bulk_dom"] / 1e9, 3),
+        "local_gb_s": round(bulk_packets * bulk_rows * 8 / m["bulk_in"] / 1e9, 3),
+        "bulk_packets": bulk_packets,
+        "hop_copies": COPIES_PER_HOP,
+    }
+
+
 def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None = None, repeat: int = 3,
-                  rounds: int = 20_000) -> dict:
+                  rounds: int = 20_000, hop_packets: int = 20_000, bulk_packets: int = 200) -> dict:
     from experiments.ring_bench import bench_ring
 
     ncpu = len(os.sched_getaffinity(0))
@@ -145,6 +250,7 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
         for _ in range(repeat):
             t_in.append(_mix(one, packets, loops, requests))
             t_dom.append(_mix(many, packets, loops, requests))
+        span = span_figures(one, many, ncpu, packets, loops, repeat, hop_packets, bulk_packets)
     ring = bench_ring(rounds, 500_000)
     crash = crash_check(packets, loops)
     a, b = statistics.median(t_in), statistics.median(t_dom)
@@ -162,8 +268,10 @@ def bench_domains(packets: int = 200, loops: int = 20_000, requests: int | None 
         "hop_p90_us": ring["hop_p90_us"],
         "stream_ns_per_descriptor": ring["stream_ns_per_descriptor"],
         "handoff_us": ring["handoff_us"],
+        **span,
         **crash,
     }
 
 
-__all__ = ["Count", "PyWork", "Total", "bench_domains", "crash_check", "gil_plan"]
+__all__ = ["Count", "Gather", "PyWork", "Rows", "Total", "bench_domains", "crash_check", "gil_plan", "lanes_plan",
+           "span_figures"]

@@ -311,7 +311,8 @@ def test_bench_domains_command():
 
     import clirun
 
-    r = clirun.bobox("bench", "domains", "--packets", "20", "--loops", "2000", "--repeat", "1", "--json", timeout=300)
+    r = clirun.bobox("bench", "domains", "--packets", "20", "--loops", "2000", "--repeat", "1", "--hop-packets", "200",
+                     "--bulk-packets", "4", "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["domains"] == out["workers"] == len(os.sched_getaffinity(0)) and out["requests"] == 2 * out["domains"]
@@ -321,6 +322,9 @@ def test_bench_domains_command():
     assert "gil_bound_speedup" in r.stdout.splitlines()[0]
     assert out["crash_failed"] + out["crash_completed"] == 8 and out["crash_other_answers_equal"] is True
     assert out["crash_restarted_answers_equal"] is True and out["leaked_segments"] == 0
+    assert abs(out["span_gil_speedup"] / (out["span_in_process_s"] / out["span_domains_s"]) - 1) < 0.05
+    assert out["hop_packets"] == 200 and out["bulk_packets"] == 4 and out["hop_copies"] == 2
+    assert out["channel_gb_s"] > 0 and "span_gil_speedup" in r.stdout and "cross-domain edge" in r.stdout
 
 
 def test_a_plan_travels_once_per_domain_and_changes_are_seen(two):

@@ -80,6 +80,7 @@ SLOTS = 8  # descriptors (and slots) per channel: a power of two
 # for column alignment; a larger packet travels in several.
 SLOT_BYTES = (1 << 20) + 4096
 DATA, SCHEMA, END, PUNCT = 1, 2, 3, 4
+COPIES_PER_HOP = 2  # column data copies per packet crossing (module doc: "Copies")
 WIDTH = 4
 ALIGN = 64
 SLEEP_S = 0.2  # a receiver's longest sleep: a missed wake-up (none is known) costs at most this
@@ -398,5 +399,5 @@ class ChannelIn(QueueSource):
         super().process(ctx)
 
 
-__all__ = ["ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
+__all__ = ["COPIES_PER_HOP", "ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
            "channel_bytes", "create_bell", "create_channel"]

@@ -71,12 +71,17 @@ def add_arguments(p) -> None:
                       help="descriptors streamed (default 2000000)")
     ring.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     dom = sub.add_parser("domains", help="several interpreters against one: a GIL-bound plan on domains (one worker "
-                         "each) vs one process with as many workers, and the descriptor ring's hop")
+                         "each) vs one process with as many workers, one such request spanning the domains, a "
+                         "cross-domain edge's cost, the descriptor ring's hop, a domain killed mid-mix")
     dom.add_argument("--packets", type=packets, default=200, help="packets per request (default 200)")
     dom.add_argument("--loops", type=count(10_000_000), default=20_000,
                      help="Python loop iterations per packet (default 20000)")
     dom.add_argument("--requests", type=requests, default=None, help="concurrent requests (default 2 x CPUs)")
     dom.add_argument("--repeat", type=repeat, default=3)
+    dom.add_argument("--hop-packets", type=count(10_000_000), default=20_000,
+                     help="one-row packets through a cross-domain edge (default 20000)")
+    dom.add_argument("--bulk-packets", type=count(100_000), default=200,
+                     help="512 KiB packets through a cross-domain edge (default 200)")
     dom.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     for q in (o, s, loc, qs, gil, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
@@ -166,10 +171,17 @@ def run(args) -> int:
     elif args.bench == "domains":
         from experiments.domains_bench import bench_domains
 
-        r = bench_domains(args.packets, args.loops, args.requests, args.repeat)
+        r = bench_domains(args.packets, args.loops, args.requests, args.repeat, hop_packets=args.hop_packets,
+                          bulk_packets=args.bulk_packets)
         print(f"GIL-bound plan, {r['requests']} requests: {r['domains']} domains x 1 worker {r['domains_s']} s, "
               f"1 process x {r['workers']} workers {r['in_process_s']} s: gil_bound_speedup "
               f"{r['gil_bound_speedup']:.2f} (median of {r['repeat']})")
+        print(f"one GIL-bound request in {r['domains']} lanes, spanning {r['domains']} domains x 1 worker "
+              f"{r['span_domains_s']} s, 1 process x {r['workers']} workers {r['span_in_process_s']} s: "
+              f"span_gil_speedup {r['span_gil_speedup']:.2f}")
+        print(f"a cross-domain edge: {r['channel_us_per_packet']} us more per one-row packet than in one process "
+              f"({r['hop_packets']} packets); {r['channel_gb_s']} GB/s in 512 KiB packets (in one process "
+              f"{r['local_gb_s']}); {r['hop_copies']} copies of the column data per hop")
         print(f"descriptor hop between two processes: {r['hop_us']} us one way (p90 {r['hop_p90_us']}), both sides "
               f"spinning; {r['stream_ns_per_descriptor']} ns per descriptor streamed; a sleeping thread's wake-up "
               f"costs {r['handoff_us']} us here")
