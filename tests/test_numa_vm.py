@@ -175,6 +175,8 @@ def test_two_domains_each_on_its_node_with_local_packets(guest2):
         assert all(p in ("local", "default") or p.endswith(f":{k}") for p in d["policies"]), d
     assert all(t > 0 for t in r["tasks"]) and r["pages"] > 0
     assert r["local_fraction"] >= 0.95, r
+    # a plan's shared array: each domain maps its node's copy (shared_arrays, shm.prefer_node)
+    assert r["array_pages"] == [[0], [1]], r["array_pages"]
 
 
 def test_numa_experiments_on_two_nodes(guest2):

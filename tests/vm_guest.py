@@ -142,11 +142,34 @@ def domains_numa():
 
     from bobox_sched import Scheduler
 
+    import numpy as np
+
+    from bobox_sched.core.operator import Operator
+    from topology.memory import page_nodes
+
+    class PageProbe(Operator):
+        """Reports, from inside its domain, the nodes of its (shared) array's pages."""
+
+        inputs = ()
+        outputs = ()
+
+        def __init__(self, arr):
+            self.arr = arr
+
+        def process(self, ctx):
+            ctx.set_result(sorted({int(n) for n in page_nodes(self.arr)}))
+            ctx.finish()
+
+    from bobox_sched import Plan
+
     with Scheduler(domains="auto", domain_workers=2, locality_sample=1) as s:
         plan = heavy_plan(12, 1)
         for h in [s.submit(plan) for _ in range(8)]:
             h.result(300)
         st = s.stats()
+        probe = Plan("pages")
+        probe.add("probe", PageProbe, np.arange(1 << 18, dtype=np.int64))  # 2 MiB: shared, a copy per node
+        array_pages = [s.submit_to(i, probe).result(300) for i in range(len(s.domains))]
         doms = []
         for d in s.domains:
             with open(f"/proc/{d['pid']}/status") as f:
@@ -156,7 +179,7 @@ def domains_numa():
             doms.append({**d, "kernel_cpus": allowed, "policies": policies})
     loc = st["locality"]
     return {"domains": doms, "tasks": [d["stats"]["tasks"] for d in st["domains"]], "pages": loc["pages"],
-            "local_fraction": loc["local_fraction"]}
+            "local_fraction": loc["local_fraction"], "array_pages": array_pages}
 
 
 @check
