@@ -225,3 +225,35 @@ def test_parallel_region_channels_spread_over_domains():
                 assert same_output(want, h.result(120))
                 assert [q for _, q in h.result()["puncts"]] == [q for _, q in want["puncts"]]
                 assert sorted(c.domain for c in h._children) == [0, 1]
+
+
+class FailAfter(StreamOperator):
+    """Passes packets on, slowly, and raises once `seconds` passed since its first."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.t0 = seconds, None
+
+    def on_packet(self, ctx, port, pkt):
+        import time
+
+        self.t0 = self.t0 or time.monotonic()
+        if time.monotonic() - self.t0 > self.seconds:
+            raise KeyError("failed after the shutdown began")
+        time.sleep(0.005)
+        ctx.send("out", pkt)
+
+
+def test_a_part_failing_during_shutdown_still_ends_the_request_and_the_shutdown():
+    """The part in domain 1 fails after ``shutdown()`` began; the home part (an endless
+    lane) can only end by the cancel the front then sends it: a domain keeps reading its
+    pipe while it shuts down, so the shutdown returns and the request fails with the
+    part's error."""
+    s = Scheduler(domains=2, threads_per_node=1)
+    h = s.submit(lanes_plan((Endless,), (Range, 10**7, 100), (FailAfter, 0.5)))
+    t = threading.Thread(target=s.shutdown)
+    t.start()
+    t.join(120)
+    assert not t.is_alive()
+    with pytest.raises(KeyError, match="after the shutdown began"):
+        h.result(5)
+    assert not shm.ours()

@@ -337,7 +337,7 @@ class Receiver:
     def __init__(self, bell: str):
         self.seg = Segment.attach(bell)
         self.bell = self.seg.array(np.int64, count=2)
-        self._lock = threading.Lock()  # guards _readers (added by submitting threads, walked by the receiver)
+        self._lock = threading.Lock()  # guards _readers (added and dropped by other threads, walked by the receiver)
         self._readers: list[_Reader] = []
         self.thread = threading.Thread(target=self._run, name="bobox-receiver", daemon=True)
         self.thread.start()
@@ -347,6 +347,14 @@ class Receiver:
         with self._lock:
             self._readers.append(rd)
         self._wake()
+
+    def drop(self, name: str) -> None:
+        """Stop reading channel `name` (its request ended): its producer stops waiting."""
+        with self._lock:
+            mine = [r for r in self._readers if r.m.seg.name == name]
+            self._readers = [r for r in self._readers if r.m.seg.name != name]
+        for r in mine:
+            _store(r.m.ctl, 0, 1)
 
     def _wake(self) -> None:
         if _ring_bell(self.bell):
@@ -363,6 +371,11 @@ class Receiver:
                 try:
                     n, done = rd.drain()
                 except RuntimeError:  # put() refused: the reading request ended
+                    n, done = 0, True
+                except Exception as e:  # noqa: BLE001 - this channel fails; the receiver goes on with the others
+                    import sys
+
+                    print(f"bobox: channel {rd.m.seg.name}: {type(e).__name__}: {e}", file=sys.stderr)
                     n, done = 0, True
                 if not done and rd.ended():
                     done = True
@@ -381,16 +394,49 @@ class Receiver:
             _store(bell, 1, 0)
 
 
+_expected: dict = {}  # channel name -> its StreamChannel, from expect() to release()
+_expected_lock = threading.Lock()
+
+
+def expect(plan) -> list:
+    """In a domain, before it submits a spanning request's part: every channel into the
+    part gets its StreamChannel and its receiver starts draining it now, before the
+    part's ``ChannelIn`` first runs (a producer must never wait for a worker of this
+    domain: two domains' workers could wait on each other). Returns what ``release``
+    takes when the part ends."""
+    out = []
+    for factory, args, _ in plan._specs.values():
+        if factory is ChannelIn:
+            name, bell = args
+            ch = StreamChannel(capacity=None)
+            with _expected_lock:
+                _expected[name] = ch
+            Receiver.of(bell).add(name, ch)
+            out.append((name, bell))
+    return out
+
+
+def release(chans: list) -> None:
+    """The part ended: its channels are read no more (a producer still waiting stops)."""
+    for name, bell in chans:
+        with _expected_lock:
+            _expected.pop(name, None)
+        Receiver.of(bell).drop(name)
+
+
 class ChannelIn(QueueSource):
     """The consuming end of a cross-domain edge: a source of the packets that arrive
-    through channel `name` (its domain's receiver, listening on `bell`, feeds it). It
-    joins the receiver when it first runs: a plan's operators are also made to be
-    checked (``Plan.validate``), in the front too, and those must touch nothing."""
+    through channel `name` (its domain's receiver, listening on `bell`, feeds it). In a
+    domain the channel was expected (``expect``) when the part was submitted; elsewhere
+    it joins the receiver when it first runs (a plan's operators are also made to be
+    checked, ``Plan.validate``, in the front too, and those must touch nothing)."""
 
     def __init__(self, name: str, bell: str):
-        super().__init__(StreamChannel(capacity=None))
+        with _expected_lock:
+            ch = _expected.get(name)
+        super().__init__(ch if ch is not None else StreamChannel(capacity=None))
         self.channel_name, self.bell_name = name, bell
-        self._joined = False
+        self._joined = ch is not None
 
     def process(self, ctx):
         if not self._joined:
@@ -400,4 +446,4 @@ class ChannelIn(QueueSource):
 
 
 __all__ = ["COPIES_PER_HOP", "ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
-           "channel_bytes", "create_bell", "create_channel"]
+           "channel_bytes", "create_bell", "create_channel", "expect", "release"]

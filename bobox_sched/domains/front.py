@@ -170,6 +170,7 @@ class DomainHandle:
         self._left = 0  # parts not ended yet (front's _lock)
         self._failing = False  # a part failed: the others were cancelled (front's _lock)
         self._cancelled = False  # cancel() was called on a spanning request
+        self._cancel_req = False  # cancel() was called: a send still under way follows its submit with a cancel
 
     def result(self, timeout: float | None = None):
         try:
@@ -516,17 +517,22 @@ class DomainFront:
                     j.h.future.set_exception(DomainDied(self._dead[d.slot]))
             return
         with self._lock:
-            if self._closing:
-                nd.send(("shutdown",))
-                nd.proc.wait()
-                closed = True
-            else:
-                closed = False
+            closed = self._closing
+            if not closed:
                 self._slots[d.slot] = nd
                 self.restarts += 1
-                nd.waiting.extend(kept)
+                nd.waiting.extend(j for j in kept if not j.h._cancel_req)
                 self._changed.notify_all()
-        if closed:
+        for j in kept:
+            if j.h._cancel_req and not closed and not j.h.future.done():
+                j.h.future.set_exception(RequestCancelled(f"request {j.h.id} ({j.h.name}) was cancelled"))
+        if closed:  # outside the lock: the new process's exit takes its time
+            try:
+                nd.send(("shutdown",))
+            except OSError:
+                pass
+            nd.proc.wait()
+            nd.conn.close()
             for j in kept:
                 if not j.h.future.done():
                     j.h.future.set_exception(SchedulerShutdown("the scheduler shut down before the request started"))
@@ -596,7 +602,7 @@ class DomainFront:
             if d is not self._slots[d.slot] or self._closing:  # it died meanwhile, or we shut down
                 d = self._pick(node, _slot)
             job.h.domain = d.slot
-            if _slot is None and len(d.running) + d.sending >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+            if _slot is None and len(d.running) >= INFLIGHT_PER_WORKER * max(d.workers, 1):
                 d.waiting.append(job)
                 return job.h
             self._take(d, job)
@@ -724,11 +730,15 @@ class DomainFront:
         fails the request; a dead pipe leaves it to the reader (DomainDied)."""
         h = job.h
         h._waited = time.perf_counter() - h._t_submit
+        failed = False
         try:
             d.submit(h.id, job.pid, self._blob(job.plan, job.blobs, d.node))
+            if h._cancel_req:  # cancelled while this was under way: its cancel may have gone first
+                d.send(("cancel", h.id))
         except OSError:
             pass  # it died just now: its reader fails the handle with DomainDied
         except BaseException as e:
+            failed = True
             with self._lock:
                 d.running.pop(h.id, None)
             if not h.future.done():
@@ -738,6 +748,8 @@ class DomainFront:
                 d.sending -= 1
                 if d.sending == 0:
                     self._changed.notify_all()
+        if failed:
+            self._refill(d)  # its place is free again
 
     def _refill(self, d: _Domain) -> None:
         """`d` has room: send it waiting requests, its own first, then the oldest of
@@ -745,7 +757,7 @@ class DomainFront:
         while True:
             with self._lock:
                 if self._closing or self._slots[d.slot] is not d or \
-                        len(d.running) + d.sending >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+                        len(d.running) >= INFLIGHT_PER_WORKER * max(d.workers, 1):
                     return
                 job = d.waiting.popleft() if d.waiting else None
                 if job is None:
@@ -770,6 +782,7 @@ class DomainFront:
                 c.cancel()
             return
         with self._lock:
+            h._cancel_req = True
             for o in self._slots:  # not started: it leaves the front's list, cancelled here
                 if o is not None:
                     for j in o.waiting:

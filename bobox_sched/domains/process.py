@@ -40,10 +40,10 @@ A plan's bytes come with the first request of it that a domain gets; later ones 
 by plan id (``PLAN_CACHE``: an LRU that the front mirrors message by message).
 
 Who touches what: the main thread reads the pipe, unpickles and submits (``plans`` is
-its own); a request's end is
-reported by the worker thread that ends it (``add_done_callback``), and several may end
-at once, so every send takes ``send_lock`` (a ``Connection`` is not safe for concurrent
-writers). ``handles`` (rid -> handle) is written by the main thread on submit and
+its own), and keeps reading until EOF, also after ``shutdown`` (which runs on a closer
+thread: a cancel may still come); a request's end is reported by the worker thread that
+ends it (``add_done_callback``). Every message out goes through ``_Sender``: queued by
+any thread, written by its one thread, so that no thread here blocks on a full pipe. ``handles`` (rid -> handle) is written by the main thread on submit and
 popped by the done callback; dict operations are atomic (sync's inventory: a dict
 ``pop`` and ``setitem`` under the GIL, or under the dict's own lock when free-threaded).
 """
@@ -54,7 +54,7 @@ import os
 import pickle
 import sys
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 # Plans a domain keeps unpickled (an LRU of plan ids): a plan resubmitted unchanged travels
 # once. The front mirrors the cache (front._Domain.submit), so both sides must use this
@@ -85,6 +85,76 @@ def boot_command(fd: int, cpus: list[int], node: int | None) -> list[str]:
     if platform.machine() not in ("x86_64", "AMD64"):
         node = None  # set_mempolicy's syscall number above is x86-64's
     return [sys.executable, "-c", BOOT, str(fd), ",".join(map(str, cpus)), str(-1 if node is None else node)]
+
+
+class _Sender:
+    """The domain's one writer of its pipe: messages queue here and a thread writes them,
+    so that no thread of the domain ever blocks on a full pipe. (The main loop blocked
+    in a write while the front's reader blocked writing to us would wait for ever.)"""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.q: deque = deque()
+        self.cond = threading.Condition()
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="bobox-domain-sender", daemon=True)
+        self.thread.start()
+
+    def send(self, msg) -> None:
+        data = pickle.dumps(msg, protocol=5)
+        with self.cond:
+            self.q.append(data)
+            self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.q and not self.closed:
+                    self.cond.wait()
+                if not self.q:
+                    return
+                data = self.q.popleft()
+            try:
+                self.conn.send_bytes(data)
+            except OSError:  # the front is gone: nobody to tell (the main loop ends on EOF)
+                pass
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.thread.join()
+
+
+def _close_after(sched, fd: int) -> None:
+    """Shut the runtime down (its requests finish and report), then end the main loop's
+    reading: ``shutdown(SHUT_RD)`` on the socket makes its ``recv`` return EOF."""
+    import socket
+
+    try:
+        sched.shutdown(wait=True)
+    finally:
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            s.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def expect_channels(plan) -> list:
+    from bobox_sched.domains.channel import expect
+
+    return expect(plan)
+
+
+def release_channels(chans: list) -> None:
+    if chans:
+        from bobox_sched.domains.channel import release
+
+        release(chans)
 
 
 def _dump_exception(exc: BaseException) -> bytes:
@@ -122,15 +192,8 @@ def main(fd: int) -> None:
     from bobox_sched.domains.results import encode as encode_result
 
     conn = Connection(fd)
-    send_lock = threading.Lock()
-
-    def send(msg) -> None:
-        data = pickle.dumps(msg, protocol=5)
-        with send_lock:
-            try:
-                conn.send_bytes(data)
-            except OSError:  # the front is gone: nobody to tell (the main loop ends on EOF)
-                pass
+    out = _Sender(conn)
+    send = out.send
 
     tag, kwargs, path, init = pickle.loads(conn.recv_bytes())
     if tag != "init":
@@ -143,6 +206,7 @@ def main(fd: int) -> None:
             cloudpickle.loads(init)()
         except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
             send(("failed", _dump_exception(ValueError(f"domain_init failed: {type(e).__name__}: {e}"))))
+            out.close()
             return
     from bobox_sched.core.scheduler import Scheduler
 
@@ -150,6 +214,7 @@ def main(fd: int) -> None:
         sched = Scheduler(**kwargs)
     except Exception as e:  # noqa: BLE001 - reported to the front, which raises it there
         send(("failed", _dump_exception(e)))
+        out.close()
         return
     send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
     handles: dict = {}
@@ -168,12 +233,13 @@ def main(fd: int) -> None:
                                                                  f"its domain: {type(e).__name__}: {e}")), stats))
 
     front_gone = False
+    closer: threading.Thread | None = None
     try:
         while True:
             try:
                 msg = pickle.loads(conn.recv_bytes())
-            except EOFError:  # the front went away: end with it, its requests cancelled
-                front_gone = True
+            except EOFError:  # the front went away (or our closer ended the reading): end
+                front_gone = closer is None
                 break
             tag = msg[0]
             if tag == "submit":
@@ -195,12 +261,17 @@ def main(fd: int) -> None:
                     plan = plans[pid]
                     if isinstance(plan, BaseException):
                         raise plan
-                    h = sched.submit(plan)
+                    chans = expect_channels(plan)  # a spanning request's part: its channels drain from now on
+                    try:
+                        h = sched.submit(plan)
+                    except BaseException:
+                        release_channels(chans)
+                        raise
                 except Exception as e:  # noqa: BLE001 - a bad plan fails its request
                     send(("done", rid, False, _dump_exception(e), (None, None)))
                     continue
                 handles[rid] = h
-                h.add_done_callback(lambda hh, rid=rid: finished(rid, hh))
+                h.add_done_callback(lambda hh, rid=rid, c=chans: (release_channels(c), finished(rid, hh)))
             elif tag == "cancel":
                 h = handles.get(msg[1])
                 if h is not None:
@@ -218,12 +289,18 @@ def main(fd: int) -> None:
                 import resource
 
                 send(("stats", msg[1], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
-            elif tag == "shutdown":
-                break
+            elif tag == "shutdown" and closer is None:
+                # The running requests finish first, each one's "done" going out, on a
+                # thread: this loop goes on reading, since the front may still cancel
+                # (a spanning request's part whose other part failed waits for that).
+                # Then the closer ends the reading side of the socket: EOF here.
+                closer = threading.Thread(target=_close_after, args=(sched, fd), name="bobox-domain-closer")
+                closer.start()
     finally:
-        # "shutdown": the running requests finish first (the front sent their cancels
-        # before, if it was asked to), and each one's "done" goes out before we exit.
         sched.shutdown(wait=True, cancel=front_gone)
+        if closer is not None:
+            closer.join()
+        out.close()
         conn.close()
 
 
