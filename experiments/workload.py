@@ -187,8 +187,7 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
         bar = tqdm(total=copies * len(plans), desc="requests", unit="req", file=sys.stderr, leave=False)
     from experiments.memory import PssPeak, run_pids
 
-    pids = run_pids(sched)
-    with PssPeak(lambda: run_pids(sched) if len(pids) > 1 else pids) as mem:
+    with PssPeak(lambda: run_pids(sched)) as mem:  # asked at each sample: a restarted domain has a new pid
         t0 = time.perf_counter()
         handles = []
         for i in range(copies):

@@ -62,6 +62,13 @@ class Query:
         """The partition operator `name` belongs to, or None (Plan.lane)."""
         return self._lane_of.get(name)
 
+    def mark_lanes(self, plan: Plan) -> Plan:
+        """`plan` (this builder's, unfused) with each operator's partition said (Plan.lane)."""
+        for n in self.nodes:
+            if self.lane_of(n) is not None:
+                plan.lane(n, self.lane_of(n))
+        return plan
+
     def _add(self, prefix: str, factory, *args, **kwargs):
         """Add an operator; returns (name, prototype instance) -- the prototype tells its
         schema and ports, each request gets fresh instances from the same arguments."""
@@ -157,10 +164,7 @@ class Query:
             from operators.pipeline import fuse
 
             return fuse(self)
-        for n in self.nodes:
-            if self.lane_of(n) is not None:
-                self.plan.lane(n, self.lane_of(n))
-        return self.plan
+        return self.mark_lanes(self.plan)
 
 
 class Stream:

@@ -587,10 +587,7 @@ def fuse(q) -> Plan:
             member_of[n] = len(pipes)
         pipes.append((chain, port_source, program))
     if not pipes:
-        for n in q.nodes:
-            if q.lane_of(n) is not None:
-                q.plan.lane(n, q.lane_of(n))
-        return q.plan
+        return q.mark_lanes(q.plan)
     plan = Plan(q.plan.name)
     pipe_names = []
     for name, (factory, args, kwargs, _) in q.nodes.items():

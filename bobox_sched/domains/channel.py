@@ -104,15 +104,20 @@ def create_channel() -> Segment:
 
 
 def create_bell() -> Segment:
-    seg = Segment.create(4096, "bell")
-    return seg
+    return Segment.create(4096, "bell")
 
 
 @njit(nogil=True, cache=True)
-def _ring_bell(bell):
+def _count(bell):
     """After a push: count it; True if the receiver sleeps (then wake it)."""
     atomic_add(bell, 0, 1)
     return atomic_load(bell, 1) != 0
+
+
+def ring_bell(bell: np.ndarray) -> None:
+    """Tell the receiver of `bell` that a channel of its has something (module doc)."""
+    if _count(bell):
+        _futex(bell.ctypes.data, _FUTEX_WAKE, 1)
 
 
 @njit(nogil=True, cache=True)
@@ -194,8 +199,7 @@ class ChannelWriter:
         if not self.m.ring.push(self.d):
             raise AssertionError("channel ring full after waiting for room")  # only this side pushes
         self.pushed += 1
-        if _ring_bell(self.bell):
-            _futex(self.bell.ctypes.data, _FUTEX_WAKE, 1)
+        ring_bell(self.bell)
 
     def send(self, columns: dict, rows: int) -> None:
         schema = [(k, np.asarray(v).dtype.str) for k, v in columns.items()]
@@ -346,7 +350,7 @@ class Receiver:
         rd = _Reader(name, chan)
         with self._lock:
             self._readers.append(rd)
-        self._wake()
+        ring_bell(self.bell)
 
     def drop(self, name: str) -> None:
         """Stop reading channel `name` (its request ended): its producer stops waiting."""
@@ -355,10 +359,6 @@ class Receiver:
             self._readers = [r for r in self._readers if r.m.seg.name != name]
         for r in mine:
             _store(r.m.ctl, 0, 1)
-
-    def _wake(self) -> None:
-        if _ring_bell(self.bell):
-            _futex(self.bell.ctypes.data, _FUTEX_WAKE, 1)
 
     def _run(self) -> None:
         bell = self.bell

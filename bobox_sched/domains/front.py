@@ -169,8 +169,7 @@ class DomainHandle:
         self._children: list | None = None  # a request spanning domains: its parts' handles (span.py)
         self._left = 0  # parts not ended yet (front's _lock)
         self._failing = False  # a part failed: the others were cancelled (front's _lock)
-        self._cancelled = False  # cancel() was called on a spanning request
-        self._cancel_req = False  # cancel() was called: a send still under way follows its submit with a cancel
+        self._cancel_req = False  # cancel() was called (a send under way follows its submit with a cancel)
 
     def result(self, timeout: float | None = None):
         try:
@@ -244,6 +243,14 @@ class _Domain:
         self.proc = subprocess.Popen(boot_command(fd, cpus, node), pass_fds=(fd,), close_fds=True)
         theirs.close()
 
+    def load(self) -> float:
+        """Requests it runs or holds, per worker (front's ``_lock``)."""
+        return (len(self.running) + len(self.waiting)) / max(self.workers, 1)
+
+    def full(self) -> bool:
+        """Whether it has its ``INFLIGHT_PER_WORKER`` requests per worker (front's ``_lock``)."""
+        return len(self.running) >= INFLIGHT_PER_WORKER * max(self.workers, 1)
+
     def send(self, msg) -> None:
         data = pickle.dumps(msg, protocol=5)
         with self.send_lock:
@@ -280,6 +287,11 @@ class _Domain:
             self.proc.wait()
             raise pickle.loads(msg[1])
         _, self.pid, _, self.workers = msg
+
+
+def _cancelled(h: DomainHandle) -> RequestCancelled:
+    """The error of a request cancelled in the front (as ``Request``'s own)."""
+    return RequestCancelled(f"request {h.id} ({h.name}) was cancelled")
 
 
 def job_node_ok(job, d) -> bool:
@@ -486,8 +498,7 @@ class DomainFront:
                 for j in orphans:
                     ok = [o for o in self._slots if o is not None and job_node_ok(j, o)]
                     if ok:
-                        min(ok, key=lambda o: ((len(o.running) + len(o.waiting)) / max(o.workers, 1), o.slot)) \
-                            .waiting.append(j)
+                        min(ok, key=lambda o: (o.load(), o.slot)).waiting.append(j)
                     else:
                         kept.append(j)
             others = [o for o in self._slots if o is not None]
@@ -525,7 +536,7 @@ class DomainFront:
                 self._changed.notify_all()
         for j in kept:
             if j.h._cancel_req and not closed and not j.h.future.done():
-                j.h.future.set_exception(RequestCancelled(f"request {j.h.id} ({j.h.name}) was cancelled"))
+                j.h.future.set_exception(_cancelled(j.h))
         if closed:  # outside the lock: the new process's exit takes its time
             try:
                 nd.send(("shutdown",))
@@ -550,7 +561,7 @@ class DomainFront:
             live = [d for d in self._slots if d is not None and (node is None or d.node == node)
                     and (slot is None or d.slot == slot)]
             if live:
-                return min(live, key=lambda d: ((len(d.running) + len(d.waiting)) / max(d.workers, 1), d.slot))
+                return min(live, key=lambda d: (d.load(), d.slot))
             if node is not None and not any(n == node for _, n in self._places):
                 raise ValueError(f"no domain on node {node}")
             wanted = [i for i, (_, n) in enumerate(self._places) if (node is None or n == node)
@@ -568,7 +579,6 @@ class DomainFront:
 
     def submit(self, plan, node: int | None = None, parallelism=None, ordering=None, _slot=None) -> DomainHandle:
         from bobox_sched.core.plan import Plan
-        from bobox_sched.domains.shared_arrays import dumps
 
         if not isinstance(plan, Plan):
             raise TypeError(f"submit() takes a Plan, not {type(plan).__name__}")
@@ -602,7 +612,7 @@ class DomainFront:
             if d is not self._slots[d.slot] or self._closing:  # it died meanwhile, or we shut down
                 d = self._pick(node, _slot)
             job.h.domain = d.slot
-            if _slot is None and len(d.running) >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+            if _slot is None and d.full():
                 d.waiting.append(job)
                 return job.h
             self._take(d, job)
@@ -620,10 +630,9 @@ class DomainFront:
             need = -(-k // max(home.workers, 1))
             if need <= 1:
                 return [home.slot]
-            load = lambda d: (len(d.running) + len(d.waiting)) / max(d.workers, 1)  # noqa: E731
             others = sorted((d for d in self._slots if d is not None and d is not home
                              and (node is None or d.node == node)),
-                            key=lambda d: (d.node != home.node, load(d), d.slot))
+                            key=lambda d: (d.node != home.node, d.load(), d.slot))
             return [home.slot] + [d.slot for d in others[:need - 1]]
 
     def _submit_span(self, plan, slots: list[int]) -> DomainHandle:
@@ -683,8 +692,8 @@ class DomainFront:
         st["parts"] = [{"domain": k.domain, "operators": (k._stats or {}).get("operators")} for k in kids]
         parent._stats = st
         errs = [(k, k.future.exception()) for k in kids if k.future.exception() is not None]
-        if parent._cancelled and errs:
-            parent.future.set_exception(RequestCancelled(f"request {parent.id} ({parent.name}) was cancelled"))
+        if parent._cancel_req and errs:
+            parent.future.set_exception(_cancelled(parent))
             return
         if errs:  # the cause, not what it caused: the other parts end cancelled or find their channel gone
             from bobox_sched.domains.channel import ChannelGone
@@ -699,12 +708,12 @@ class DomainFront:
         parent.future.set_result(next((v for v in vals if v is not None), None))
 
     def _unlink_channels(self, names: list) -> None:
-        from bobox_sched.domains.shm import Segment
+        from bobox_sched.domains.shm import unlink
 
         with self._lock:
             self._channels.difference_update(names)
         for n in names:
-            Segment(n, 0, None, False).unlink()
+            unlink(n)
 
     def _blob(self, plan, blobs: dict, node) -> bytes:
         """The plan's bytes for a domain of `node`, pickled once per node."""
@@ -756,8 +765,7 @@ class DomainFront:
         another domain (same node first): migration (module doc)."""
         while True:
             with self._lock:
-                if self._closing or self._slots[d.slot] is not d or \
-                        len(d.running) >= INFLIGHT_PER_WORKER * max(d.workers, 1):
+                if self._closing or self._slots[d.slot] is not d or d.full():
                     return
                 job = d.waiting.popleft() if d.waiting else None
                 if job is None:
@@ -777,7 +785,7 @@ class DomainFront:
 
     def _cancel(self, h: DomainHandle) -> None:
         if h._children is not None:  # spanning: each part
-            h._cancelled = True
+            h._cancel_req = True
             for c in h._children:
                 c.cancel()
             return
@@ -797,7 +805,7 @@ class DomainFront:
             d = self._slots[h.domain] if h.domain is not None else None
         if o is not None:
             if not h.future.done():
-                h.future.set_exception(RequestCancelled(f"request {h.id} ({h.name}) was cancelled"))
+                h.future.set_exception(_cancelled(h))
             return
         if d is not None and h.id in d.running:
             try:
@@ -899,7 +907,7 @@ class DomainFront:
         for d, j in jobs:
             if cancel:
                 if not j.h.future.done():
-                    j.h.future.set_exception(RequestCancelled(f"request {j.h.id} ({j.h.name}) was cancelled"))
+                    j.h.future.set_exception(_cancelled(j.h))
             else:
                 self._send(d, j)
         with self._lock:  # no request may follow a domain's "shutdown" (module doc)

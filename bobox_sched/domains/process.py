@@ -144,19 +144,6 @@ def _close_after(sched, fd: int) -> None:
             s.close()
 
 
-def expect_channels(plan) -> list:
-    from bobox_sched.domains.channel import expect
-
-    return expect(plan)
-
-
-def release_channels(chans: list) -> None:
-    if chans:
-        from bobox_sched.domains.channel import release
-
-        release(chans)
-
-
 def _dump_exception(exc: BaseException) -> bytes:
     import cloudpickle
 
@@ -189,6 +176,7 @@ def main(fd: int) -> None:
 
     import cloudpickle
 
+    from bobox_sched.domains.channel import expect as expect_channels, release as release_channels
     from bobox_sched.domains.results import encode as encode_result
 
     conn = Connection(fd)

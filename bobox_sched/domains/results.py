@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pickle
 
-from bobox_sched.domains.shm import Segment, ours
+from bobox_sched.domains.shm import Segment, ours, unlink
 
 # Below this a stream goes inline: a segment costs a file, an mmap, an unlink and a page
 # of rounding (~30-60 us here), more than copying 64 KiB through the pipe (~10 us).
@@ -92,7 +92,7 @@ def decode(payload):
 def discard(payload) -> None:
     """A payload nobody will read (its request was already failed): its segment goes."""
     if isinstance(payload, tuple) and payload[0] == "shm":
-        Segment(payload[1], 0, None, False).unlink()
+        unlink(payload[1])
 
 
 def unlink_of(pid: int | None) -> list[str]:
@@ -102,7 +102,7 @@ def unlink_of(pid: int | None) -> list[str]:
     gone = []
     for name in ours(pid):
         if name.endswith("-result"):
-            Segment(name, 0, None, False).unlink()
+            unlink(name)
             gone.append(name)
     return gone
 

@@ -95,10 +95,7 @@ class Segment:
 
     def unlink(self) -> None:
         """Remove the name (the owner's job; idempotent). Mappings stay valid."""
-        try:
-            os.unlink(_path(self.name))
-        except FileNotFoundError:
-            pass
+        unlink(self.name)
 
     def close(self) -> bool:
         """Unmap, if no numpy view of it is alive (else the mapping goes with the last
@@ -135,6 +132,16 @@ def prefer_node(mm: mmap.mmap, nbytes: int, node: int) -> bool:
     finally:
         del view  # the export, so that the mapping can be closed later
     return rc == 0
+
+
+def unlink(name: str) -> bool:
+    """Remove segment `name` (by name: no need to map it). False if it was gone already.
+    Mappings of it stay valid."""
+    try:
+        os.unlink(_path(name))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _pid_of(name: str) -> int | None:
@@ -177,12 +184,9 @@ def sweep_stale() -> list[str]:
         pid = _pid_of(n)
         if pid is None or pid == os.getpid() or _alive(pid):
             continue
-        try:
-            os.unlink(os.path.join(SHM_DIR, n))
+        if unlink(n):
             gone.append(n)
-        except FileNotFoundError:
-            pass
     return gone
 
 
-__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale"]
+__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale", "unlink"]
