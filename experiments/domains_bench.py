@@ -17,8 +17,10 @@ figures that exist so far), measured side by side in one run.
   request moves ``hop_packets`` one-row packets (and, for the bandwidth,
   ``bulk_packets`` packets of 512 KiB) from a lane in one domain to the home domain;
   the same plan in one process is timed beside it, and the difference per packet (or
-  the bytes over the spanning run's time) is the figure. ``hop_copies``: the column
-  data copies a packet makes on the way (``channel.COPIES_PER_HOP``, by construction);
+  the bytes over the spanning run's time) is the figure. ``hop_copies``: the copies of
+  column data per byte that crossed in those runs, counted by the channels themselves
+  (``loans.totals()``: a lent packet none, a copied one two), with the packets lent
+  and copied;
 * a crash (``crash_check``): one of two domains killed while 8 requests run (their plan
   holds a 2 MiB array, so a shared segment exists): ``crash_failed`` /
   ``crash_completed`` requests, whether the completed ones and two requests after the
@@ -200,8 +202,6 @@ def span_figures(one, many, ncpu: int, packets: int, loops: int, repeat: int, ho
                  bulk_packets: int) -> dict:
     """``span_gil_speedup`` and the channel's cost (module doc), on schedulers `one`
     (in-process, `ncpu` workers) and `many` (`ncpu` domains of one worker)."""
-    from bobox_sched.domains.channel import COPIES_PER_HOP
-
     per = max(1, packets // ncpu)
     gil = lanes_plan([(Count, (per,), loops)] * ncpu)
     gil_want = ncpu * 64 * per * (per - 1) // 2
@@ -213,6 +213,7 @@ def span_figures(one, many, ncpu: int, packets: int, loops: int, repeat: int, ho
     for s in (one, many):  # warm: kernels, pools, the receivers
         _one(s, lanes_plan([(Count, (2,), 10)] * ncpu), ncpu * 64)
         _one(s, lanes_plan([(Rows, (0, 1), 0), (Rows, (4, bulk_rows), 0)]), bulk_rows * 6)
+    crossed = many.stats()["channels"]
     t = {k: [] for k in ("gil_in", "gil_dom", "hop_in", "hop_dom", "bulk_in", "bulk_dom")}
     for _ in range(repeat):
         t["gil_in"].append(_one(one, gil, gil_want))
@@ -221,6 +222,8 @@ def span_figures(one, many, ncpu: int, packets: int, loops: int, repeat: int, ho
         t["hop_dom"].append(_one(many, hop, hop_want))
         t["bulk_in"].append(_one(one, bulk, bulk_want))
         t["bulk_dom"].append(_one(many, bulk, bulk_want))
+    after = many.stats()["channels"]
+    data = after["data_bytes"] - crossed["data_bytes"]
     m = {k: statistics.median(v) for k, v in t.items()}
     return {
         "span_gil_speedup": round(m["gil_in"] / m["gil_dom"], 3),
@@ -233,7 +236,9 @@ def span_figures(one, many, ncpu: int, packets: int, loops: int, repeat: int, ho
         "channel_gb_s": round(bulk_packets * bulk_rows * 8 / m["bulk_dom"] / 1e9, 3),
         "local_gb_s": round(bulk_packets * bulk_rows * 8 / m["bulk_in"] / 1e9, 3),
         "bulk_packets": bulk_packets,
-        "hop_copies": COPIES_PER_HOP,
+        "hop_copies": round((after["copied_bytes"] - crossed["copied_bytes"]) / data, 3) if data else None,
+        "hop_packets_lent": after["lent_packets"] - crossed["lent_packets"],
+        "hop_packets_copied": after["copied_packets"] - crossed["copied_packets"],
     }
 
 

@@ -32,6 +32,13 @@ Pool protocol (who may touch what, when):
   append are two steps, so with T threads giving back at once a class can overshoot by
   at most T blocks: a soft cap on cached memory, never on correctness.
 
+In a domain process (``bobox_sched/domains``) a pool's new blocks come from its
+``block_source`` instead, the domain's shared arena (``domains/arena.py``): a block then
+knows its place there (``origin``), which is how a packet crosses to another domain
+without a copy (``domains/loans.py``: the lent packet's columns are held until the
+other domain's views died, so the lease argument above covers them too). Shared blocks
+have no cap (the arena never takes one back).
+
 Byte accounting, at request level only (:class:`ByteAccount`, one per request): the
 allocating thread adds under the account's lock (a normal context, never a ``__del__``);
 a give-back only appends the byte count to the account's ``freed`` deque, lock-free.
@@ -123,15 +130,26 @@ class _Block:
     """A pooled piece of node-local memory, its lease class, and the free list of its size
     class it goes back to."""
 
-    __slots__ = ("array", "address", "size", "home", "cap", "lease")
+    __slots__ = ("array", "address", "size", "home", "cap", "lease", "origin")
 
-    def __init__(self, array: np.ndarray, home: deque, cap: int, lease: type):
+    def __init__(self, array: np.ndarray, home: deque, cap: int, lease: type, origin=None):
         self.array = array  # owns the memory (numa_free when it dies)
         self.address = array.ctypes.data
         self.size = array.nbytes
         self.home = home
         self.cap = cap
         self.lease = lease
+        self.origin = origin  # (arena key, segment, offset) for a block of shared memory, else None
+
+
+def block_of(arr: np.ndarray) -> _Block | None:
+    """The pool block whose memory `arr` views (a packet column, or a view of one), or
+    None for memory from elsewhere."""
+    base = arr.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    block = getattr(base, "block", None)
+    return block if isinstance(block, _Block) else None
 
 
 class ByteAccount:
@@ -282,6 +300,11 @@ class NodePool:
         self._classes_lock = threading.Lock()
         self._mapped = itertools.count()  # blocks obtained from the kernel (atomic next())
         self._reused = itertools.count()
+        # size -> (array, origin): where new blocks come from instead, if set (a domain's
+        # shared arena, domains/arena.py: its blocks can be lent to other domains). Set
+        # before the pool's first acquire. Shared blocks have no cap: the arena never
+        # takes a block back, so a dropped one would be lost to it.
+        self.block_source = None
 
     @property
     def blocks_mapped(self) -> int:
@@ -312,8 +335,12 @@ class NodePool:
             next(self._reused)
         except IndexError:
             next(self._mapped)
-            array = alloc_on_node(size, self.node) if self.node_local else _aligned_zeros(size)
-            block = _Block(array, home, max(1, self.max_free_bytes // size), cls[1])
+            if self.block_source is not None:
+                array, origin = self.block_source(size)
+                block = _Block(array, home, 1 << 62, cls[1], origin)
+            else:
+                array = alloc_on_node(size, self.node) if self.node_local else _aligned_zeros(size)
+                block = _Block(array, home, max(1, self.max_free_bytes // size), cls[1])
         # Every attribute is set before anything that can fail: __del__ reads them all.
         lease = block.lease.from_address(block.address)
         lease.block = block

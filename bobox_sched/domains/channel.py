@@ -6,19 +6,26 @@ unlinked when the request ends):
 
 ====================================  ==============================================
 bytes 0 .. R                          a ring (``ring.py``) of ``SLOTS`` descriptors of
-                                      4 words: kind, rows, bytes, 0
-R .. R + 64                           word 0: ``gone``, set to 1 by the consumer side
-                                      when nothing will read any more
-R + 64 ...                            ``SLOTS`` slots of ``SLOT_BYTES``: the data of
+                                      4 words: kind, rows, bytes, loan (or -1)
+R .. R + 64                           word 0 (``GONE``): set to 1 by the consumer's
+                                      receiver when it reads no more; word 2
+                                      (``READER``): the consumer's pid
+R + 64 .. L                           the loan table: ``LOANS`` words (``loans.py``)
+L ...                                 ``SLOTS`` slots of ``SLOT_BYTES``: the data of
                                       descriptor i lives in slot ``i % SLOTS``
 ====================================  ==============================================
 
 Descriptors: ``SCHEMA`` (its slot holds the column names and dtypes, pickled: metadata,
-not data; sent before the first packet and whenever they change), ``DATA`` (its slot
+not data; sent before the first packet and whenever they change), ``LOAN`` (a packet
+lent, not copied: its slot holds each column's place in the producer's shared arena,
+``loans.py``), ``ARENA`` (the key of the arena the next loans are in, pickled: sent
+before the first loan and whenever it changes), ``DATA`` (a packet copied: its slot
 holds ``rows`` rows, column after column in schema order, each column at a 64-byte
 boundary), ``PUNCT`` (a punctuation, pickled: a parallel region's pulse, a latency
 marker, a watermark, in its place among the packets), ``END`` (end of stream). A packet
-larger than a slot travels as several.
+travels as a loan when its columns live in the producing domain's arena (every packet a
+domain's operator made with ``ctx.new_packet``); otherwise it is copied, split into
+several when larger than a slot.
 
 Each receiving domain has a *bell* (a segment of 2 words, made by the front once per
 domain): word 0 counts the descriptors pushed to any of that domain's channels, word 1
@@ -51,20 +58,21 @@ Protocol (who touches what, when):
 * the consumer sets ``gone`` when its request ended before the end of stream
   (cancelled, failed): a producer waiting for room stops.
 
-Copies: two per hop (the producer's packet into the slot, the slot into the
-consumer's arrays). The first goes once the domains' packet pools live in shared memory
-(a packet would then travel as its pool offset); the second once a slot can be held
-until the consumer's packet dies, which needs the slots to be released from any
-thread without a lock, and the producer's wait to stay bounded.
+Copies: none for a lent packet (``loans.py``). A copied packet (its columns made
+elsewhere than a pool: a kernel's own arrays, a view of the table store) is copied
+twice: into the slot, and out of it by the receiver. ``loans.totals()`` counts both
+kinds (a domain's ``stats()["channels"]``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import pickle
 import platform
 import threading
 import time
+import weakref
 
 import numpy as np
 from numba import njit
@@ -72,15 +80,18 @@ from numba import njit
 from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store
 from bobox_sched.core.operator import StreamOperator
 from bobox_sched.core.sources import QueueSource, StreamChannel
+from bobox_sched.domains import loans
+from bobox_sched.domains.arena import Mapped
+from bobox_sched.domains.loans import LOANS, LoanBook
 from bobox_sched.domains.ring import Ring, ring_bytes
-from bobox_sched.domains.shm import Segment
+from bobox_sched.domains.shm import Segment, _alive
 
 SLOTS = 8  # descriptors (and slots) per channel: a power of two
 # A slot holds a default packet (the bobox policy's half of a 2 MiB L2: 1 MiB) with room
 # for column alignment; a larger packet travels in several.
 SLOT_BYTES = (1 << 20) + 4096
-DATA, SCHEMA, END, PUNCT = 1, 2, 3, 4
-COPIES_PER_HOP = 2  # column data copies per packet crossing (module doc: "Copies")
+DATA, SCHEMA, END, PUNCT, LOAN, ARENA = 1, 2, 3, 4, 5, 6
+GONE, READER = 0, 2  # control words: the consumer stopped reading; the consumer's pid
 WIDTH = 4
 ALIGN = 64
 SLEEP_S = 0.2  # a receiver's longest sleep: a missed wake-up (none is known) costs at most this
@@ -93,7 +104,7 @@ class ChannelGone(RuntimeError):
 
 
 def channel_bytes() -> int:
-    return ring_bytes(SLOTS, WIDTH) + 64 + SLOTS * SLOT_BYTES
+    return ring_bytes(SLOTS, WIDTH) + 64 + 8 * LOANS + SLOTS * SLOT_BYTES
 
 
 def create_channel() -> Segment:
@@ -165,7 +176,8 @@ class _Mapped:
         rb = ring_bytes(SLOTS, WIDTH)
         self.ring = Ring(self.seg.array(np.int64, count=rb // 8))
         self.ctl = self.seg.array(np.int64, offset=rb, count=8)
-        self.data = self.seg.array(np.uint8, offset=rb + 64, count=SLOTS * SLOT_BYTES)
+        self.loans = self.seg.array(np.int64, offset=rb + 64, count=LOANS)
+        self.data = self.seg.array(np.uint8, offset=rb + 64 + 8 * LOANS, count=SLOTS * SLOT_BYTES)
 
     def slot(self, i: int) -> np.ndarray:
         k = i % SLOTS
@@ -181,8 +193,12 @@ class ChannelWriter:
         self.bell = self.bell_seg.array(np.int64, count=2)
         self.pushed = 0  # descriptors pushed: the next one's slot is pushed % SLOTS
         self.schema: list | None = None
+        self.arena: str | None = None  # the arena key the consumer was last told (ARENA)
         self.d = np.zeros(WIDTH, np.int64)
         self.alive = None  # () -> False once the producing request ended (cancelled): a wait stops
+        self.book = LoanBook(self.m.loans)
+        self.at = np.full(SLOTS, -1, np.int64)  # the loan descriptor j carries, at j % SLOTS (-1: none)
+        self.broken = False  # the keeper could not settle it (loans.py)
 
     def _room(self) -> None:
         wait = 20e-6
@@ -194,12 +210,53 @@ class ChannelWriter:
             time.sleep(wait)
             wait = min(wait * 2, 1e-3)
 
-    def _push(self, kind: int, rows: int, nbytes: int) -> None:
-        self.d[0], self.d[1], self.d[2] = kind, rows, nbytes
+    def _push(self, kind: int, rows: int, nbytes: int, loan: int = -1) -> None:
+        self.d[0], self.d[1], self.d[2], self.d[3] = kind, rows, nbytes, loan
+        self.at[self.pushed % SLOTS] = loan
         if not self.m.ring.push(self.d):
             raise AssertionError("channel ring full after waiting for room")  # only this side pushes
         self.pushed += 1
         ring_bell(self.bell)
+
+    def _blob(self, kind: int, obj) -> None:
+        blob = pickle.dumps(obj)
+        if len(blob) > SLOT_BYTES:
+            raise ValueError(f"a channel message of {len(blob)} bytes does not fit a channel slot")
+        self._room()
+        self.m.slot(self.pushed)[:len(blob)] = np.frombuffer(blob, np.uint8)
+        self._push(kind, 0, len(blob))
+
+    def _lend(self, cols: list, rows: int) -> bool:
+        """Send `cols` as a loan if they live in an arena (``loans.py``); False: copy them."""
+        where = loans.place_of(cols)
+        if where is None:
+            return False
+        key, meta = where
+        if key != self.arena:
+            self._blob(ARENA, key)
+            self.arena = key
+        self._room()  # before the loan is taken: a ChannelGone here leaves none out
+        i = self.book.lend(cols)
+        if i is None:
+            return False
+        self.m.slot(self.pushed)[:meta.nbytes] = meta.view(np.uint8)
+        self._push(LOAN, rows, meta.nbytes, i)
+        return True
+
+    def settle(self) -> None:
+        """The keeper's round for this writer, which sends no more (``loans.py``): take
+        back what was given back, and free the loans nobody will give back."""
+        book = self.book
+        book.reap()
+        if not book.n_out:
+            return
+        if _load(self.m.ctl, GONE):  # the consumer pops no more: what is still queued was never borrowed
+            queued = len(self.m.ring)
+            book.forget([int(self.at[j % SLOTS]) for j in range(self.pushed - queued, self.pushed)
+                         if self.at[j % SLOTS] >= 0])
+        pid = int(_load(self.m.ctl, READER))
+        if book.n_out and pid and not _alive(pid):  # the consumer's process ended
+            book.forget(book.out[:book.n_out].tolist())
 
     def send(self, columns: dict, rows: int) -> None:
         schema = [(k, np.asarray(v).dtype.str) for k, v in columns.items()]
@@ -207,14 +264,16 @@ class ChannelWriter:
             if np.asarray(v).dtype.hasobject:
                 raise TypeError(f"column {k!r} holds Python objects: it cannot cross domains")
         if schema != self.schema:
-            blob = pickle.dumps(schema)
-            if len(blob) > SLOT_BYTES:
-                raise ValueError(f"a packet of {len(schema)} columns: its schema does not fit a channel slot")
-            self._room()
-            self.m.slot(self.pushed)[:len(blob)] = np.frombuffer(blob, np.uint8)
-            self._push(SCHEMA, 0, len(blob))
+            self._blob(SCHEMA, schema)
             self.schema = schema
-        cols = [np.ascontiguousarray(columns[k]) for k, _ in schema]
+        self.book.reap()
+        cols = [np.asarray(columns[k]) for k, _ in schema]
+        data = sum(c.nbytes for c in cols)
+        if self._lend(cols, rows):
+            loans.tally(data, 0, 1, 0)
+            return
+        loans.tally(data, 2 * data, 0, 1)  # into the slots here, out of them in the receiver
+        cols = [np.ascontiguousarray(c) for c in cols]
         per_row = sum(np.dtype(dt).itemsize for _, dt in schema)
         step = max(1, (SLOT_BYTES - ALIGN * len(schema)) // per_row) if per_row else max(rows, 1)
         a = 0
@@ -232,12 +291,7 @@ class ChannelWriter:
                 break
 
     def punct(self, p) -> None:
-        blob = pickle.dumps(p)
-        if len(blob) > SLOT_BYTES:
-            raise ValueError(f"a punctuation of {len(blob)} bytes does not fit a channel slot")
-        self._room()
-        self.m.slot(self.pushed)[:len(blob)] = np.frombuffer(blob, np.uint8)
-        self._push(PUNCT, 0, len(blob))
+        self._blob(PUNCT, p)
 
     def end(self) -> None:
         self._room()
@@ -257,7 +311,11 @@ class ChannelOut(StreamOperator):
 
     def _writer(self) -> ChannelWriter:
         if self._w is None:
-            self._w = ChannelWriter(self.channel_name, self.bell_name)
+            w = self._w = ChannelWriter(self.channel_name, self.bell_name)
+            loans.start_keeper()
+            # A failed or cancelled request never calls on_end: the keeper takes the
+            # writer's loans when this operator dies (loans.py, "Reaping").
+            weakref.finalize(self, loans.adopt, w)
         return self._w
 
     def _writer_of(self, ctx) -> ChannelWriter:
@@ -274,7 +332,9 @@ class ChannelOut(StreamOperator):
         self._writer_of(ctx).punct(p)
 
     def on_end(self, ctx):
-        self._writer_of(ctx).end()
+        w = self._writer_of(ctx)
+        w.end()
+        loans.adopt(w)  # it sends no more: the keeper takes back its loans from now on
 
 
 class _Reader:
@@ -284,7 +344,10 @@ class _Reader:
         self.m = _Mapped(name)
         self.chan = chan
         self.schema: list | None = None
+        self.arena: str | None = None  # the producer's arena (ARENA), whose loans follow
         self.popped = 0
+        self.dropped = False  # set by Receiver.drop (another thread): stop reading (a plain flag: no data)
+        _store(self.m.ctl, READER, os.getpid())  # before the first pop (loans.py, case b)
 
     def ended(self) -> bool:
         """Whether the request reading this channel ended (its source was collected or
@@ -304,8 +367,13 @@ class _Reader:
                 return moved, False
             kind, rows = int(d[0]), int(d[1])
             slot = self.m.slot(self.popped)
-            if kind == SCHEMA:
+            if kind == LOAN:
+                meta = slot[:int(d[2])].view(np.int64)
+                self.chan.put(loans.borrow(_arenas, self.arena, meta, self.schema, rows, self.m.loans, int(d[3])))
+            elif kind == SCHEMA:
                 self.schema = pickle.loads(slot[:int(d[2])].tobytes())
+            elif kind == ARENA:
+                self.arena = pickle.loads(slot[:int(d[2])].tobytes())
             elif kind == PUNCT:
                 self.chan.put(pickle.loads(slot[:int(d[2])].tobytes()))
             elif kind == DATA:
@@ -353,12 +421,26 @@ class Receiver:
         ring_bell(self.bell)
 
     def drop(self, name: str) -> None:
-        """Stop reading channel `name` (its request ended): its producer stops waiting."""
+        """Stop reading channel `name` (its request ended): the receiver thread, the
+        channel's one reader, sets its ``gone`` (then its producer stops waiting) and
+        pops it no more (``loans.py``, case a, relies on that)."""
         with self._lock:
-            mine = [r for r in self._readers if r.m.seg.name == name]
-            self._readers = [r for r in self._readers if r.m.seg.name != name]
-        for r in mine:
-            _store(r.m.ctl, 0, 1)
+            for r in self._readers:
+                if r.m.seg.name == name:
+                    r.dropped = True
+        ring_bell(self.bell)
+
+    @staticmethod
+    def _drain(rd: "_Reader") -> tuple[int, bool]:
+        try:
+            return rd.drain()
+        except RuntimeError:  # put() refused: the reading request ended
+            return 0, True
+        except Exception as e:  # noqa: BLE001 - this channel fails; the receiver goes on with the others
+            import sys
+
+            print(f"bobox: channel {rd.m.seg.name}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 0, True
 
     def _run(self) -> None:
         bell = self.bell
@@ -368,19 +450,11 @@ class Receiver:
                 readers = list(self._readers)
             moved, finished = 0, []
             for rd in readers:
-                try:
-                    n, done = rd.drain()
-                except RuntimeError:  # put() refused: the reading request ended
-                    n, done = 0, True
-                except Exception as e:  # noqa: BLE001 - this channel fails; the receiver goes on with the others
-                    import sys
-
-                    print(f"bobox: channel {rd.m.seg.name}: {type(e).__name__}: {e}", file=sys.stderr)
-                    n, done = 0, True
+                n, done = (0, True) if rd.dropped else self._drain(rd)
                 if not done and rd.ended():
                     done = True
                 if done:
-                    _store(rd.m.ctl, 0, 1)  # gone: a producer still waiting for room stops
+                    _store(rd.m.ctl, GONE, 1)  # gone: a producer still waiting for room stops; no pop after this
                     finished.append(rd)
                 moved += n
             if finished:
@@ -394,6 +468,7 @@ class Receiver:
             _store(bell, 1, 0)
 
 
+_arenas = Mapped()  # the producers' arena segments mapped in this process (loans.py, "Borrowing")
 _expected: dict = {}  # channel name -> its StreamChannel, from expect() to release()
 _expected_lock = threading.Lock()
 

@@ -479,10 +479,10 @@ class DomainFront:
 
     def _lost(self, d: _Domain) -> None:
         """`d`'s pipe ended: after shutdown, normal; else it died (module doc)."""
-        from bobox_sched.domains.results import unlink_of
+        from bobox_sched.domains.shm import unlink_of
 
         rc = d.proc.wait()
-        unlink_of(d.pid)  # results it sent that nobody will read
+        unlink_of(d.pid)  # what it made: results nobody will read, its packet arena (arena.py)
         kept: list = []  # its requests that had not started and that no other domain may run
         with self._lock:
             lost = list(d.running.values())

@@ -177,6 +177,7 @@ def main(fd: int) -> None:
     import cloudpickle
 
     from bobox_sched.domains.channel import expect as expect_channels, release as release_channels
+    from bobox_sched.domains.loans import totals as channel_totals
     from bobox_sched.domains.results import encode as encode_result
 
     conn = Connection(fd)
@@ -204,6 +205,7 @@ def main(fd: int) -> None:
         send(("failed", _dump_exception(e)))
         out.close()
         return
+    arenas = _share_pools(sched)
     send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
     handles: dict = {}
     plans: OrderedDict = OrderedDict()  # plan id -> Plan, the LRU the front mirrors
@@ -265,7 +267,7 @@ def main(fd: int) -> None:
                 if h is not None:
                     h.cancel()
             elif tag == "stats":
-                send(("stats", msg[1], sched.stats()))
+                send(("stats", msg[1], dict(sched.stats(), channels=channel_totals())))
             elif tag == "rstats":  # one running request's (None once it ended: its "done" carries them)
                 h = handles.get(msg[2])
                 send(("stats", msg[1], None if h is None else _stats_of(h)))
@@ -290,6 +292,24 @@ def main(fd: int) -> None:
             closer.join()
         out.close()
         conn.close()
+        for a in arenas:
+            a.close()
+
+
+def _share_pools(sched) -> list:
+    """Make the domain's packet pools take their blocks from shared arenas (one per node
+    pool, ``arena.py``), so its packets can be lent to other domains (``loans.py``).
+    Before the first request: a pool's blocks all come from one place."""
+    from bobox_sched.domains.arena import SharedArena
+    from topology.memory import live_nodes
+
+    live = set(live_nodes())
+    arenas = []
+    for node, pool in sched.pools.items():
+        a = SharedArena(node if node in live and len(live) > 1 else None)
+        pool.block_source = a.alloc
+        arenas.append(a)
+    return arenas
 
 
 __all__ = ["BOOT", "boot_command", "main"]

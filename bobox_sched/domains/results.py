@@ -14,7 +14,7 @@ Lifetime of a result segment: made by the domain, which never touches it again o
 sent the name; the front unlinks it as soon as it mapped it (the mapping lives as long
 as the table's buffers). Segments whose name was sent but never read (the front's
 reader stopped: shutdown or a dead domain) are unlinked by the front once that domain
-process has exited (``unlink_of``); a dead front's domains exit on their own, and their
+process has exited (``shm.unlink_of``, with the rest of that process's segments); a dead front's domains exit on their own, and their
 leftovers go with the next Scheduler's ``shm.sweep_stale``.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pickle
 
-from bobox_sched.domains.shm import Segment, ours, unlink
+from bobox_sched.domains.shm import Segment, unlink
 
 # Below this a stream goes inline: a segment costs a file, an mmap, an unlink and a page
 # of rounding (~30-60 us here), more than copying 64 KiB through the pipe (~10 us).
@@ -95,16 +95,4 @@ def discard(payload) -> None:
         unlink(payload[1])
 
 
-def unlink_of(pid: int | None) -> list[str]:
-    """Unlink the result segments domain `pid` left unread (it has exited); their names."""
-    if pid is None:
-        return []
-    gone = []
-    for name in ours(pid):
-        if name.endswith("-result"):
-            unlink(name)
-            gone.append(name)
-    return gone
-
-
-__all__ = ["INLINE_BYTES", "decode", "discard", "encode", "unlink_of"]
+__all__ = ["INLINE_BYTES", "decode", "discard", "encode"]

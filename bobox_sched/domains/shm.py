@@ -62,9 +62,16 @@ class Segment:
         """A new segment of `nbytes` (zero-filled, no page touched yet). `node`: its pages
         come from that NUMA node's memory when first touched, whoever touches them
         (``prefer_node``)."""
+        return cls.create_named(new_name(what), nbytes, node)
+
+    @classmethod
+    def create_named(cls, name: str, nbytes: int, node: int | None = None) -> "Segment":
+        """``create`` under a given name (``bobox-<this pid>-...``: ``sweep_stale`` and
+        ``unlink_of`` find it by that pid)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"a segment needs a positive size in bytes, got {nbytes!r}")
-        name = new_name(what)
+        if _pid_of(name) != os.getpid():
+            raise ValueError(f"segment {name!r} is not named after this process ({os.getpid()})")
         path = _path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -171,6 +178,14 @@ def ours(pid: int | None = None) -> list[str]:
     return sorted(n for n in names if n.startswith(PREFIX) and _pid_of(n) == pid)
 
 
+def unlink_of(pid: int | None) -> list[str]:
+    """Unlink every segment process `pid` made (it has exited: a domain that died or
+    ended); their names. Other processes' mappings of them stay valid."""
+    if pid is None:
+        return []
+    return [n for n in ours(pid) if unlink(n)]
+
+
 def sweep_stale() -> list[str]:
     """Unlink the segments whose creating process no longer exists; their names."""
     try:
@@ -189,4 +204,4 @@ def sweep_stale() -> list[str]:
     return gone
 
 
-__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale", "unlink"]
+__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale", "unlink", "unlink_of"]

@@ -1,0 +1,209 @@
+"""Packets lent across domains (``bobox_sched/domains/loans.py``, ``arena.py``): a packet
+made in a domain's shared arena crosses a channel without a copy, the consumer's columns
+are the producer's pages, and the producer's pool gets the block back only after the
+consumer's last view died, or when nobody can give it back any more."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bobox_sched import Scheduler
+from bobox_sched.core.packet import NodePool, new_packet
+from bobox_sched.core.sources import StreamChannel
+from bobox_sched.domains import channel as C
+from bobox_sched.domains import loans, shm
+from bobox_sched.domains.arena import SharedArena
+
+
+class Pair:
+    """A channel's two ends in this process, the producer's pool in a shared arena."""
+
+    def __init__(self):
+        self.seg, self.bell = C.create_channel(), C.create_bell()
+        self.arena = SharedArena(None, chunk_bytes=1 << 20)
+        self.pool = NodePool(0, node_local=False)
+        self.pool.block_source = self.arena.alloc
+        self.w = C.ChannelWriter(self.seg.name, self.bell.name)
+        self.r = C._Reader(self.seg.name, StreamChannel(capacity=None))
+
+    def packet(self, values):
+        p = new_packet(self.pool, {"x": np.int64, "y": np.float32}, len(values), None)
+        p["x"][:] = values
+        p["y"][:] = np.asarray(values, np.float32) / 2
+        return p
+
+    def send(self, pkt):
+        self.w.send(pkt.columns, pkt.nrows)
+
+    def receive(self) -> list:
+        self.r.drain()
+        out = []
+        while (it := self.r.chan._take()) is not None:
+            out.append(it)
+        return out
+
+    def close(self):
+        for s in (self.seg, self.bell):
+            s.close()
+            s.unlink()
+        self.arena.close()
+
+
+@pytest.fixture
+def pair():
+    p = Pair()
+    yield p
+    p.close()
+
+
+def mapping_of(address: int) -> str:
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, *rest = line.split()
+            a, b = (int(x, 16) for x in span.split("-"))
+            if a <= address < b:
+                return rest[-1] if len(rest) >= 5 else ""
+    return ""
+
+
+def test_a_lent_packet_is_the_producers_memory(pair):
+    before = loans.totals()
+    pkt = pair.packet(range(1000))
+    pair.send(pkt)
+    (got,) = pair.receive()
+    np.testing.assert_array_equal(got["x"], np.arange(1000))
+    np.testing.assert_array_equal(got["y"], np.arange(1000, dtype=np.float32) / 2)
+    where = mapping_of(got["x"].ctypes.data)
+    assert where == f"{shm.SHM_DIR}/{pair.arena.segments[0].name}"  # the arena's pages, mapped again
+    assert got["x"].ctypes.data != pkt["x"].ctypes.data  # ... by the reader, not the writer's view
+    pkt["x"][7] = -7  # the same pages: a write (which no operator does) shows through
+    assert got["x"][7] == -7
+    assert not got["x"].flags.writeable
+    after = loans.totals()
+    assert after["lent_packets"] - before["lent_packets"] == 1
+    assert after["copied_bytes"] == before["copied_bytes"]
+    assert after["data_bytes"] - before["data_bytes"] == 1000 * 12
+
+
+def test_the_block_comes_back_only_after_the_consumers_last_view(pair):
+    pkt = pair.packet(range(100))
+    address = pkt["x"].ctypes.data
+    pair.send(pkt)
+    del pkt
+    (got,) = pair.receive()
+    x = got["x"][10:20]  # a view of a view keeps the loan too
+    del got
+    assert pair.w.book.reap() == 0 and pair.w.book.n_out == 1
+    fresh = pair.packet(range(100))
+    assert fresh["x"].ctypes.data != address  # the lent block is not handed out again
+    del fresh
+    assert list(x) == list(range(10, 20))
+    del x
+    gc.collect()
+    assert pair.w.book.reap() == 1 and pair.w.book.n_out == 0
+    again = pair.packet(range(5))
+    assert again["x"].ctypes.data == address  # back in its pool, reused (newest first)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 3000), st.booleans(), st.integers(0, 5)), min_size=1, max_size=40))
+def test_no_block_is_reused_while_a_view_of_it_lives(steps):
+    """Send packets, keep some of what arrives and drop others in any order, make new
+    packets all along: every kept view still reads what was sent."""
+    pair = Pair()
+    try:
+        _send_keep_drop(pair, steps)
+    finally:
+        pair.close()
+
+
+def _send_keep_drop(pair, steps):
+    kept = []
+    for n, keep, drop in steps:
+        values = np.arange(n) * 7 + len(kept)
+        pkt = pair.packet(values)
+        pair.send(pkt)
+        del pkt
+        if keep:  # (comprehensions: no loop variable left holding a view)
+            kept += [(it, values) for it in pair.receive()]
+        else:
+            pair.receive()
+        for _ in range(min(drop, len(kept))):
+            kept.pop(len(kept) // 2)
+        pair.w.book.reap()
+        scratch = pair.packet(np.full(n, -1))  # a producer's new packet: must not land on a kept one
+        del scratch
+        assert all(np.array_equal(it["x"], want) for it, want in kept)
+    del kept
+    gc.collect()
+    pair.w.book.reap()
+    assert pair.w.book.n_out == 0
+
+
+def test_loans_of_packets_never_popped_are_freed_when_the_reader_is_gone(pair):
+    pair.send(pair.packet(range(10)))
+    (first,) = pair.receive()  # popped: borrowed
+    for i in range(3):
+        pair.send(pair.packet(range(5 + i)))  # never popped
+    assert pair.w.book.n_out == 4
+    C._store(pair.r.m.ctl, C.GONE, 1)  # the receiver stopped reading (it pops no more)
+    pair.w.settle()
+    assert pair.w.book.n_out == 1  # the borrowed one stays out while its view lives
+    assert list(first["x"]) == list(range(10))
+    del first
+    gc.collect()
+    pair.w.settle()
+    assert pair.w.book.n_out == 0
+
+
+def test_loans_of_a_reader_whose_process_ended_are_freed(pair):
+    pair.send(pair.packet(range(10)))
+    (got,) = pair.receive()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout
+    C._store(pair.r.m.ctl, C.READER, int(dead))
+    pair.w.settle()
+    assert pair.w.book.n_out == 0
+    C._store(pair.r.m.ctl, C.READER, os.getpid())
+    pair.send(pair.packet(range(3)))
+    pair.w.settle()
+    assert pair.w.book.n_out == 1  # a live reader's loan stays out
+    del got
+
+
+def test_a_packet_is_copied_when_every_loan_is_out(pair):
+    before = loans.totals()
+    kept = []
+    for i in range(loans.LOANS + 2):
+        pair.send(pair.packet([i]))
+        kept += pair.receive()
+    after = loans.totals()
+    assert after["lent_packets"] - before["lent_packets"] == loans.LOANS
+    assert after["copied_packets"] - before["copied_packets"] == 2
+    assert [int(k["x"][0]) for k in kept] == list(range(loans.LOANS + 2))
+    plain = {"x": np.arange(4)}  # not from a pool: copied too
+    pair.w.send(plain, 4)
+    assert list(pair.receive()[0]["x"]) == [0, 1, 2, 3]
+    assert loans.totals()["copied_packets"] - after["copied_packets"] == 1
+
+
+def test_a_spanning_request_lends_and_leaves_nothing_behind():
+    from experiments.domains_bench import Rows, lanes_plan
+
+    rows = 1 << 16
+    with Scheduler(domains=2, threads_per_node=1) as s:
+        plan = lanes_plan([(Rows, (0, 1), 0), (Rows, (20, rows), 0)])
+        assert s.submit(plan).result(120) == rows * 20 * 19 // 2
+        ch = s.stats()["channels"]
+        assert ch["lent_packets"] >= 20 and ch["copied_bytes"] == 0 and ch["data_bytes"] == 20 * rows * 8
+        doms = [d["pid"] for d in s.stats()["domains"]]
+        assert any(n.split("-")[-1].startswith("pool") for pid in doms for n in shm.ours(pid))
+    assert not [n for pid in doms for n in shm.ours(pid)]
