@@ -108,6 +108,10 @@ class RunResult:
                 "cpu_s": _round(st.get("cpu_s"), 4),
                 "cpu_wait_s": _round(st.get("cpu_wait_s"), 4),
                 "released_cpu_s": _round(st.get("released_cpu_s"), 4),
+                # CPU of every process of the run over the mix; the part outside the workers
+                "run_cpu_s": _round(st.get("run_cpu_s"), 4),
+                "outside_workers_cpu_s": _round(st["run_cpu_s"] - st["cpu_s"], 4)
+                if st.get("run_cpu_s") is not None and st.get("cpu_s") is not None else None,
             },
             # the share of task time spent holding the GIL, and what Amdahl's law makes of
             # it (operators.released; None unless its timing was on)
@@ -160,6 +164,26 @@ def worker_cpu(sched) -> tuple[float, float, float]:
     return cpu / 1e9, wait / 1e9, rel / 1e9
 
 
+def run_cpu_s(sched) -> float:
+    """CPU seconds (user + system) used so far by every process of the run: this one and
+    the domain processes of `sched`. Over a mix, less the workers' ``cpu_s``, it is what
+    the rest of the run (the front, the domains' receivers and senders, the samplers)
+    took: on a machine with as many CPUs as workers, the time the workers then wait for
+    a CPU (``cpu_wait_s``)."""
+    import psutil
+
+    from experiments.memory import run_pids
+
+    total = 0.0
+    for pid in run_pids(sched):
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        total += t.user + t.system
+    return total
+
+
 def choose_parallel(requests: int, workers: int) -> int:
     """How many ways to decompose each query: 1 when the requests alone can keep every
     worker busy, else one way per worker. Each split adds operators, packets and
@@ -187,6 +211,7 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
         bar = tqdm(total=copies * len(plans), desc="requests", unit="req", file=sys.stderr, leave=False)
     from experiments.memory import PssPeak, run_pids
 
+    run0 = run_cpu_s(sched)
     with PssPeak(lambda: run_pids(sched)) as mem:  # asked at each sample: a restarted domain has a new pid
         t0 = time.perf_counter()
         handles = []
@@ -198,6 +223,7 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
                 handles.append((name, h))
         tables = [(name, h.result()) for name, h in handles]
         wall = time.perf_counter() - t0
+    run1 = run_cpu_s(sched)
     res = RunResult(wall)
     res.peak_pss = mem.peak
     if bar is not None:
@@ -214,6 +240,7 @@ def run_mix(sched, plans: dict, copies: int, progress: bool = False, check_equal
     cpu1 = worker_cpu(sched)
     res.stats = _diff_stats(before, after)
     res.stats["cpu_s"], res.stats["cpu_wait_s"], res.stats["released_cpu_s"] = (b - a for a, b in zip(cpu0, cpu1))
+    res.stats["run_cpu_s"] = run1 - run0
     res.operators = {name: len(plan) for name, plan in plans.items()}
     of_domains = getattr(sched, "peak_rss_bytes", None)  # Scheduler(domains=...)
     if of_domains is not None:

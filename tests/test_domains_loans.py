@@ -207,3 +207,56 @@ def test_a_spanning_request_lends_and_leaves_nothing_behind():
         doms = [d["pid"] for d in s.stats()["domains"]]
         assert any(n.split("-")[-1].startswith("pool") for pid in doms for n in shm.ours(pid))
     assert not [n for pid in doms for n in shm.ours(pid)]
+
+
+def test_loans_no_reader_ever_took_are_freed_when_the_request_ended():
+    seg, bell = C.create_channel(), C.create_bell()
+    arena = SharedArena(None, chunk_bytes=1 << 20)
+    pool = NodePool(0, node_local=False)
+    pool.block_source = arena.alloc
+    try:
+        w = C.ChannelWriter(seg.name, bell.name)
+        for n in (3, 4):
+            p = new_packet(pool, {"x": np.int64}, n, None)
+            p["x"][:] = 1
+            w.send(p.columns, n)
+        w.settle()
+        assert w.book.n_out == 2  # no reader yet: it may still come
+        C.close_reader(seg.name)  # the front: every part ended, none read this channel
+        w.settle()
+        assert w.book.n_out == 0
+        late = C._Reader(seg.name, StreamChannel(capacity=None))
+        assert late.dropped  # a reader that comes after reads nothing
+    finally:
+        for s in (seg, bell):
+            s.close()
+            s.unlink()
+        arena.close()
+
+
+def test_a_loan_that_cannot_be_mapped_fails_the_reading_request(pair):
+    from bobox_sched.core.sources import _Failed
+
+    pair.send(pair.packet(range(10)))
+    pair.arena.close()  # its segments gone before the reader mapped them
+    assert C.Receiver._drain(pair.r) == (0, True)
+    item = pair.r.chan._take()
+    assert isinstance(item, _Failed) and isinstance(item.exc, C.ChannelBroken) and "pool0" in str(item.exc)
+
+
+def test_a_full_dev_shm_gives_private_blocks(monkeypatch):
+    import errno
+
+    arena = SharedArena(None, chunk_bytes=1 << 20)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    pool = NodePool(0, node_local=False)
+    pool.block_source = arena.alloc
+    p = new_packet(pool, {"x": np.int64}, 10, None)
+    p["x"][:] = 5
+    assert loans.place_of([p["x"]]) is None  # private: it would be copied
+    assert arena.segments == [] and not [n for n in shm.ours() if "-pool" in n]
+    assert loans.place_of([]) is None

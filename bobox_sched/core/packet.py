@@ -300,7 +300,7 @@ class NodePool:
         self._classes_lock = threading.Lock()
         self._mapped = itertools.count()  # blocks obtained from the kernel (atomic next())
         self._reused = itertools.count()
-        # size -> (array, origin): where new blocks come from instead, if set (a domain's
+        # size -> (array, origin) or None: where new blocks come from instead, if set (a domain's
         # shared arena, domains/arena.py: its blocks can be lent to other domains). Set
         # before the pool's first acquire. Shared blocks have no cap: the arena never
         # takes a block back, so a dropped one would be lost to it.
@@ -335,10 +335,10 @@ class NodePool:
             next(self._reused)
         except IndexError:
             next(self._mapped)
-            if self.block_source is not None:
-                array, origin = self.block_source(size)
-                block = _Block(array, home, 1 << 62, cls[1], origin)
-            else:
+            got = self.block_source(size) if self.block_source is not None else None
+            if got is not None:
+                block = _Block(got[0], home, 1 << 62, cls[1], got[1])
+            else:  # private memory (also when the shared source has no room)
                 array = alloc_on_node(size, self.node) if self.node_local else _aligned_zeros(size)
                 block = _Block(array, home, max(1, self.max_free_bytes // size), cls[1])
         # Every attribute is set before anything that can fail: __del__ reads them all.

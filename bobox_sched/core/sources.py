@@ -32,6 +32,15 @@ from bobox_sched.core.packet import Packet
 from bobox_sched.control.punct import Marker, Punctuation
 
 _CLOSE = object()
+
+
+class _Failed:
+    """The end of a channel's stream by an error (``StreamChannel.fail``)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
 # How often a producer blocked on a full channel re-checks that its consumer's request is
 # still running (a cancelled request notifies nobody). Short enough that a producer
 # notices within a blink, long enough to cost nothing.
@@ -86,6 +95,18 @@ class StreamChannel:
                 return
             self._closed = True
             self._items.append(_CLOSE)
+            consumer = self._consumer
+            self._cond.notify_all()
+        self._wake(consumer() if consumer is not None else None)
+
+    def fail(self, exc: BaseException) -> None:
+        """End of stream by an error: the source raises `exc` where the stream would have
+        ended, failing its request (a cross-domain channel that cannot be read)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._items.append(_Failed(exc))
             consumer = self._consumer
             self._cond.notify_all()
         self._wake(consumer() if consumer is not None else None)
@@ -177,6 +198,9 @@ class QueueSource(Source):
                 ctx.close()
                 ctx.finish()
                 return
+            if item.__class__ is _Failed:
+                ch._unbind(ctx.task)
+                raise item.exc
             if isinstance(item, Punctuation):
                 ctx.punctuate(item)
                 continue

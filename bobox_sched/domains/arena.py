@@ -17,6 +17,9 @@ Who touches what, when:
   current segment's free offset or to make a new segment. The hot path does not come
   here: a pool reuses its free blocks first, and a run needs a handful of blocks per
   size class (``packet.py``);
+* a segment's pages are reserved when it is made (``posix_fallocate``): a full
+  /dev/shm is then an error there, and the pool makes a private block instead
+  (``alloc`` gives None), rather than a SIGBUS at the first touch of a page;
 * a block is never given back to the arena: the pool keeps it on its free list for
   ever (``NodePool`` gives shared blocks no cap), so the arena only grows, to the
   domain's peak of packet memory in flight, as a pool of private memory would at its
@@ -28,6 +31,7 @@ Who touches what, when:
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import threading
@@ -40,6 +44,11 @@ from bobox_sched.domains.shm import PREFIX, Segment
 # segment, so a mix at its peak (~100 concurrent requests x 4 buffered packets, packet.py)
 # maps a few segments, and an idle domain holds one.
 CHUNK_BYTES = 64 << 20
+# A domain takes its packet memory from /dev/shm only when it has this much room there
+# (a container's default /dev/shm is 64 MiB): else its pools stay private and packets
+# crossing domains are copied. 1 GiB: the SF 1 mix's packets in flight (75 MiB peak held
+# on 2 domains, bobox run --json) many times over, with room for the table store beside.
+MIN_SHM_ROOM = 1 << 30
 ALIGN = 4096  # blocks start on a page: pages are what a node owns
 
 
@@ -62,13 +71,22 @@ class SharedArena:
 
     def _new_segment(self, nbytes: int) -> tuple[Segment, int]:
         k = len(self.segments)
-        seg = Segment.create_named(segment_name(self.key, k), nbytes, self.node)
+        seg = Segment.create_named(segment_name(self.key, k), nbytes, self.node, reserve=True)
         self.segments.append(seg)
         return seg, k
 
-    def alloc(self, size: int) -> tuple[np.ndarray, tuple[str, int, int]]:
-        """A block of `size` bytes: its array, and where it lives (key, segment, offset)."""
+    def alloc(self, size: int) -> tuple[np.ndarray, tuple[str, int, int]] | None:
+        """A block of `size` bytes: its array, and where it lives (key, segment, offset);
+        None when /dev/shm has no room for it (the pool then makes a private block)."""
         size = -(-size // ALIGN) * ALIGN
+        try:
+            return self._alloc(size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                return None
+            raise
+
+    def _alloc(self, size: int) -> tuple[np.ndarray, tuple[str, int, int]]:
         with self._lock:
             if size > self.chunk_bytes:  # a segment of its own; carving goes on where it was
                 seg, k = self._new_segment(size)
@@ -111,7 +129,7 @@ class Mapped:
                 s = self._segs.get((key, k))
                 if s is None:
                     self._forget_ended()
-                    seg = Segment.attach(segment_name(key, k))
+                    seg = Segment.attach(segment_name(key, k), readonly=True)
                     base = seg.array(np.uint8, 0, 1).ctypes.data
                     s = self._segs[(key, k)] = (seg, base)
         return s
@@ -123,4 +141,4 @@ class Mapped:
             del self._segs[ident]
 
 
-__all__ = ["CHUNK_BYTES", "Mapped", "SharedArena", "segment_name"]
+__all__ = ["CHUNK_BYTES", "MIN_SHM_ROOM", "Mapped", "SharedArena", "segment_name"]

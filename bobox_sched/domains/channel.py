@@ -77,7 +77,7 @@ import weakref
 import numpy as np
 from numba import njit
 
-from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store
+from bobox_sched.core.atomics import atomic_add, atomic_cas, atomic_load, atomic_store
 from bobox_sched.core.operator import StreamOperator
 from bobox_sched.core.sources import QueueSource, StreamChannel
 from bobox_sched.domains import loans
@@ -101,6 +101,10 @@ _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
 class ChannelGone(RuntimeError):
     """The receiving side of a channel ended before the end of the stream."""
+
+
+class ChannelBroken(RuntimeError):
+    """What arrived through a channel cannot be read (the request reading it fails)."""
 
 
 def channel_bytes() -> int:
@@ -129,6 +133,26 @@ def ring_bell(bell: np.ndarray) -> None:
     """Tell the receiver of `bell` that a channel of its has something (module doc)."""
     if _count(bell):
         _futex(bell.ctypes.data, _FUTEX_WAKE, 1)
+
+
+@njit(nogil=True, cache=True)
+def _claim(words, i, v):
+    """Compare-and-swap word i from 0 to v: True if it was 0."""
+    return atomic_cas(words, i, 0, v) == 0
+
+
+def close_reader(name: str) -> None:
+    """The front, once every part of channel `name`'s request ended, before it unlinks
+    it: a reader that never came never will (``loans.py``, case c: its producer frees
+    its loans)."""
+    try:
+        seg = Segment.attach(name)
+    except FileNotFoundError:
+        return
+    ctl = seg.array(np.int64, offset=ring_bytes(SLOTS, WIDTH), count=8)
+    _claim(ctl, READER, -1)
+    del ctl
+    seg.close()
 
 
 @njit(nogil=True, cache=True)
@@ -255,7 +279,7 @@ class ChannelWriter:
             book.forget([int(self.at[j % SLOTS]) for j in range(self.pushed - queued, self.pushed)
                          if self.at[j % SLOTS] >= 0])
         pid = int(_load(self.m.ctl, READER))
-        if book.n_out and pid and not _alive(pid):  # the consumer's process ended
+        if book.n_out and (pid == -1 or (pid > 0 and not _alive(pid))):  # no reader came; its process ended
             book.forget(book.out[:book.n_out].tolist())
 
     def send(self, columns: dict, rows: int) -> None:
@@ -347,7 +371,9 @@ class _Reader:
         self.arena: str | None = None  # the producer's arena (ARENA), whose loans follow
         self.popped = 0
         self.dropped = False  # set by Receiver.drop (another thread): stop reading (a plain flag: no data)
-        _store(self.m.ctl, READER, os.getpid())  # before the first pop (loans.py, case b)
+        loans.warm()  # an _Ack's __del__ must find its kernel compiled (loans.py, "Borrowing")
+        if not _claim(self.m.ctl, READER, os.getpid()):  # before the first pop (loans.py, cases b, c)
+            self.dropped = True  # the request ended before its reader came: read nothing
 
     def ended(self) -> bool:
         """Whether the request reading this channel ended (its source was collected or
@@ -436,10 +462,8 @@ class Receiver:
             return rd.drain()
         except RuntimeError:  # put() refused: the reading request ended
             return 0, True
-        except Exception as e:  # noqa: BLE001 - this channel fails; the receiver goes on with the others
-            import sys
-
-            print(f"bobox: channel {rd.m.seg.name}: {type(e).__name__}: {e}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - this channel fails its request; the receiver goes on with the others
+            rd.chan.fail(ChannelBroken(f"cross-domain channel {rd.m.seg.name} cannot be read: {type(e).__name__}: {e}"))
             return 0, True
 
     def _run(self) -> None:
@@ -520,5 +544,5 @@ class ChannelIn(QueueSource):
         super().process(ctx)
 
 
-__all__ = ["COPIES_PER_HOP", "ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
+__all__ = ["ChannelBroken", "ChannelGone", "ChannelIn", "ChannelOut", "ChannelWriter", "Receiver", "SLOTS", "SLOT_BYTES",
            "channel_bytes", "create_bell", "create_channel", "expect", "release"]

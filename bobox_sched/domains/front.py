@@ -482,7 +482,6 @@ class DomainFront:
         from bobox_sched.domains.shm import unlink_of
 
         rc = d.proc.wait()
-        unlink_of(d.pid)  # what it made: results nobody will read, its packet arena (arena.py)
         kept: list = []  # its requests that had not started and that no other domain may run
         with self._lock:
             lost = list(d.running.values())
@@ -502,6 +501,8 @@ class DomainFront:
                     else:
                         kept.append(j)
             others = [o for o in self._slots if o is not None]
+        if not closing:  # it died: what it made goes now (results nobody will read, its packet
+            unlink_of(d.pid)  # arena); after a shutdown, once every domain ended (_join)
         err = None if closing else DomainDied(
             f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
@@ -708,11 +709,13 @@ class DomainFront:
         parent.future.set_result(next((v for v in vals if v is not None), None))
 
     def _unlink_channels(self, names: list) -> None:
+        from bobox_sched.domains.channel import close_reader
         from bobox_sched.domains.shm import unlink
 
         with self._lock:
             self._channels.difference_update(names)
         for n in names:
+            close_reader(n)  # a part that never started reading never will: its producer's loans go
             unlink(n)
 
     def _blob(self, plan, blobs: dict, node) -> bytes:
@@ -949,13 +952,18 @@ class DomainFront:
             if d.reader is not None:
                 d.reader.join()
         own = [d for d in doms if d.reader is me]
+        from bobox_sched.domains.shm import unlink_of
+
+        for d in doms:  # what each made (results never read, packet arenas): unlinked once
+            if d.reader is not me:  # every domain that could still map a loan of it has ended
+                unlink_of(d.pid)
         self._unlink_channels(list(self._channels))
         for seg in self._bell_segs:
             seg.unlink()
         if not own:
             self._share.close()
         else:  # the shared arrays go once that domain has ended too
-            threading.Thread(target=lambda: (own[0].proc.wait(), self._share.close()),
+            threading.Thread(target=lambda: (own[0].proc.wait(), unlink_of(own[0].pid), self._share.close()),
                              name="bobox-domains-closer").start()
 
     def __repr__(self) -> str:

@@ -44,9 +44,10 @@ Protocol (who touches what, when):
   descriptor carries). Those it did pop were borrowed, and come back as their views
   die. (b) The consumer's process ended (it wrote its pid into the channel when it
   started reading): nothing of it can read any more, and the keeper frees every loan.
-  (c) A consumer that never started reading (its part never reached its domain) never
-  wrote its pid: its loans stay out until the producer's process ends (a known limit:
-  rare, and bounded by one request's packets in flight).
+  (c) A consumer that never started reading (its part never reached its domain): when
+  every part of the request ended, the front swaps the reader word from 0 to -1
+  (``channel.close_reader``), and a reader that comes later swaps 0 to its pid first or
+  reads nothing; -1 frees every loan.
 
 A producer's process may end while its loans are out: the consumer's mappings keep the
 pages (tmpfs), so its views stay valid.
@@ -65,8 +66,8 @@ from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store
 from bobox_sched.core.packet import block_of
 
 LOANS = 1024  # loans a channel can have out at once: 1 GiB of 1 MiB packets
-KEEP_S = 0.005  # the keeper's period while it owns books with loans out
-IDLE_S = 0.2  # ... and while it owns none
+KEEP_S = 0.005  # the keeper's period while loans come back (doubling, up to IDLE_S, while none do)
+IDLE_S = 0.2  # ... and while it owns no loans
 # Counts of this process's channels (an int64 array, atomic adds): what crossed, and how.
 DATA_BYTES, COPIED_BYTES, LENT_PACKETS, COPIED_PACKETS = 0, 1, 2, 3
 counts = np.zeros(8, np.int64)
@@ -102,6 +103,17 @@ def _reap(words, out, n, freed):
     return m, f
 
 
+_scratch = np.zeros(1, np.int64)
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) the kernel an ``_Ack`` calls, in a normal
+    context: its ``__del__`` may run inside a lock, where compiling (numba's compiler
+    lock, file I/O) must not happen. A loan word is a writable C-contiguous int64
+    array, as `_scratch` is: the same signature."""
+    _set(_scratch, 0, 0)
+
+
 def tally(data_bytes: int, copied_bytes: int, lent: int, copied: int) -> None:
     _tally(counts, data_bytes, copied_bytes, lent, copied)
 
@@ -117,6 +129,8 @@ def place_of(columns: list) -> tuple[str, np.ndarray] | None:
     """Where `columns` (arrays) live, if every one is a contiguous piece of a pool block
     of an arena, all of one arena: (its key, int64 words ``[k0, off0, k1, off1, ...]``).
     None: they must be copied."""
+    if not columns:
+        return None  # nothing to lend: a packet of no columns travels as a copy (its rows with it)
     key = None
     meta = np.empty(2 * len(columns), np.int64)
     for j, c in enumerate(columns):
@@ -185,7 +199,7 @@ class _Ack:
         self.words = words
         self.i = i
 
-    def __del__(self):  # any thread, any moment (module doc): one atomic store, no lock
+    def __del__(self, _set=_set):  # any thread, any moment (module doc): one atomic store, no lock
         _set(self.words, self.i, 0)
 
 
@@ -248,23 +262,30 @@ def start_keeper() -> None:
 
 def _keep() -> None:
     owned: list = []  # the writers this thread owns (module doc), each once
+    broken: list = []  # writers it could not settle: kept (their loans stay out), no longer polled
+    quiet = 0  # rounds in a row that took nothing back: the period backs off
     while True:
-        while _adopted:
-            w = _adopted.popleft()
-            if not any(o is w for o in owned):
-                owned.append(w)
-        for w in owned:
-            if w.broken:
-                continue
-            try:
-                w.settle()
-            except Exception as e:  # noqa: BLE001 - its loans stay out (memory kept, never reused too soon)
-                import sys
+        try:
+            while _adopted:
+                w = _adopted.popleft()
+                w.alive = None  # (its request's last reference from here)
+                if not any(o is w for o in owned):
+                    owned.append(w)
+            before = sum(w.book.n_out for w in owned)
+            for w in owned:
+                try:
+                    w.settle()
+                except Exception as e:  # noqa: BLE001 - its loans stay out (memory kept, never reused too soon)
+                    import sys
 
-                w.broken = True
-                print(f"bobox: the loans of a channel cannot be settled: {type(e).__name__}: {e}", file=sys.stderr)
-        owned = [w for w in owned if w.book.n_out]
-        time.sleep(KEEP_S if owned else IDLE_S)
+                    w.broken = True
+                    broken.append(w)
+                    print(f"bobox: the loans of a channel cannot be settled: {type(e).__name__}: {e}", file=sys.stderr)
+            owned = [w for w in owned if w.book.n_out and not w.broken]
+            quiet = 0 if sum(w.book.n_out for w in owned) < before else quiet + 1
+        except Exception:  # noqa: BLE001 - the keeper must outlive anything a round meets
+            quiet += 1
+        time.sleep(min(KEEP_S * (1 << min(quiet, 6)), IDLE_S) if owned else IDLE_S)
 
 
-__all__ = ["LOANS", "LoanBook", "adopt", "borrow", "counts", "place_of", "start_keeper", "tally", "totals"]
+__all__ = ["LOANS", "LoanBook", "adopt", "borrow", "counts", "place_of", "start_keeper", "tally", "totals", "warm"]

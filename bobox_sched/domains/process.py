@@ -205,7 +205,7 @@ def main(fd: int) -> None:
         send(("failed", _dump_exception(e)))
         out.close()
         return
-    arenas = _share_pools(sched)
+    _share_pools(sched)
     send(("ready", os.getpid(), sorted(os.sched_getaffinity(0)), len(sched.workers)))
     handles: dict = {}
     plans: OrderedDict = OrderedDict()  # plan id -> Plan, the LRU the front mirrors
@@ -292,17 +292,25 @@ def main(fd: int) -> None:
             closer.join()
         out.close()
         conn.close()
-        for a in arenas:
-            a.close()
+        # The arenas' segments stay: another domain may still map a loan queued for it;
+        # the front unlinks them once every domain ended (front._join; arena.py).
 
 
 def _share_pools(sched) -> list:
     """Make the domain's packet pools take their blocks from shared arenas (one per node
     pool, ``arena.py``), so its packets can be lent to other domains (``loans.py``).
     Before the first request: a pool's blocks all come from one place."""
-    from bobox_sched.domains.arena import SharedArena
+    from bobox_sched.domains.arena import MIN_SHM_ROOM, SharedArena
+    from bobox_sched.domains.shm import SHM_DIR
     from topology.memory import live_nodes
 
+    try:
+        st = os.statvfs(SHM_DIR)
+        room = st.f_bavail * st.f_frsize
+    except OSError:
+        room = 0
+    if room < MIN_SHM_ROOM:  # a small /dev/shm (a container's 64 MiB): private pools, packets copied across
+        return []
     live = set(live_nodes())
     arenas = []
     for node, pool in sched.pools.items():

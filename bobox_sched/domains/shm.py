@@ -65,9 +65,11 @@ class Segment:
         return cls.create_named(new_name(what), nbytes, node)
 
     @classmethod
-    def create_named(cls, name: str, nbytes: int, node: int | None = None) -> "Segment":
+    def create_named(cls, name: str, nbytes: int, node: int | None = None, reserve: bool = False) -> "Segment":
         """``create`` under a given name (``bobox-<this pid>-...``: ``sweep_stale`` and
-        ``unlink_of`` find it by that pid)."""
+        ``unlink_of`` find it by that pid). `reserve`: allocate its pages now
+        (``posix_fallocate``), so that a full /dev/shm raises OSError (ENOSPC) here
+        instead of a SIGBUS when a page is first touched."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"a segment needs a positive size in bytes, got {nbytes!r}")
         if _pid_of(name) != os.getpid():
@@ -78,7 +80,9 @@ class Segment:
             os.ftruncate(fd, nbytes)
             mm = mmap.mmap(fd, nbytes)
             if node is not None:
-                prefer_node(mm, nbytes, node)
+                prefer_node(mm, nbytes, node)  # before the pages exist: reserving places them
+            if reserve:
+                os.posix_fallocate(fd, 0, nbytes)
         except BaseException:
             os.unlink(path)
             raise
