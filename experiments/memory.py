@@ -17,12 +17,18 @@ made the sampler reads them after ``stop`` (which joins it).
 from __future__ import annotations
 
 import threading
+import time
 
 import psutil
 
-# Sampling period: reading smaps_rollup of a 1.5 GiB process took ~1-3 ms here (2-core
-# machine, SF 1 run), so 20 samples a second cost the run well under 1 % of a core.
+# Sampling period: at least INTERVAL_S, and at least OVERHEAD_X times what the last
+# sample took, so that sampling costs the run at most 1/OVERHEAD_X of a core. Reading
+# smaps_rollup walks the process's page tables: 7.8 ms per sample of the SF 1 mix's
+# process (1.4 GiB resident, 2-core machine), so the fixed 50 ms period this had took
+# 0.36 CPU-s of a 2.3 s run, 16 % of a core, from the workers it measured (found with
+# psutil's per-thread CPU times, 2026-11-28). 50x: 2 %.
 INTERVAL_S = 0.05
+OVERHEAD_X = 50
 
 
 class PssPeak:
@@ -50,9 +56,11 @@ class PssPeak:
         return total
 
     def _run(self) -> None:
+        clock = time.thread_time  # this thread's CPU: what a sample costs the run
         while True:
+            t0 = clock()
             self.sample()
-            if self._stop.wait(self._interval):
+            if self._stop.wait(max(self._interval, OVERHEAD_X * (clock() - t0))):
                 break
 
     def __enter__(self) -> "PssPeak":
@@ -74,4 +82,4 @@ def run_pids(sched) -> list[int]:
     return [os.getpid()] + ([d["pid"] for d in doms] if isinstance(doms, list) else [])
 
 
-__all__ = ["INTERVAL_S", "PssPeak", "run_pids"]
+__all__ = ["INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]

@@ -324,8 +324,10 @@ def test_bench_domains_command():
     assert out["crash_restarted_answers_equal"] is True and out["leaked_segments"] == 0
     assert abs(out["span_gil_speedup"] / (out["span_in_process_s"] / out["span_domains_s"]) - 1) < 0.05
     assert out["hop_packets"] == 200 and out["bulk_packets"] == 4
-    # every packet of the timed runs was made by ctx.new_packet in a domain: all lent
-    assert out["hop_copies"] == 0 and out["hop_packets_copied"] == 0 and out["hop_packets_lent"] >= 200 + 4
+    # every packet of the timed runs was made by ctx.new_packet in a domain: the 512 KiB
+    # ones are lent, the one-row ones copied (under loans.LEND_MIN_BYTES): by bytes,
+    # almost no copy (a copied stream would read 2.0)
+    assert out["hop_packets_lent"] >= 4 and out["hop_packets_copied"] >= 200 and out["hop_copies"] < 0.05
     assert out["channel_gb_s"] > 0 and "span_gil_speedup" in r.stdout and "cross-domain edge" in r.stdout
 
 

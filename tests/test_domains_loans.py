@@ -23,6 +23,12 @@ from bobox_sched.domains import loans, shm
 from bobox_sched.domains.arena import SharedArena
 
 
+@pytest.fixture(autouse=True)
+def lend_everything(monkeypatch):
+    """Small packets here, lent as large ones are (the size threshold has its own test)."""
+    monkeypatch.setattr(loans, "LEND_MIN_BYTES", 0)
+
+
 class Pair:
     """A channel's two ends in this process, the producer's pool in a shared arena."""
 
@@ -260,3 +266,16 @@ def test_a_full_dev_shm_gives_private_blocks(monkeypatch):
     assert loans.place_of([p["x"]]) is None  # private: it would be copied
     assert arena.segments == [] and not [n for n in shm.ours() if "-pool" in n]
     assert loans.place_of([]) is None
+
+
+def test_small_packets_are_copied_and_large_ones_lent(pair, monkeypatch):
+    monkeypatch.setattr(loans, "LEND_MIN_BYTES", 32 << 10)
+    before = loans.totals()
+    small, large = pair.packet(range(100)), pair.packet(range(4096))  # 1200 B; 48 KiB
+    pair.send(small)
+    pair.send(large)
+    got = pair.receive()
+    after = loans.totals()
+    assert after["copied_packets"] - before["copied_packets"] == 1 and after["lent_packets"] - before["lent_packets"] == 1
+    assert after["copied_bytes"] - before["copied_bytes"] == 2 * 1200
+    assert [len(g) for g in got] == [100, 4096] and list(got[1]["x"][-2:]) == [4094, 4095]

@@ -45,6 +45,7 @@ from bobox_sched.core.errors import BoboxError, SchedulerShutdown, SchedulerWarn
 from bobox_sched.core.limits import check_count, check_degree_cap, check_real
 from bobox_sched.core.packet import ByteTotals, NodePool
 from bobox_sched.core.plan import Plan
+from bobox_sched.core.sync import FENCED
 from bobox_sched.core.request import Request, RequestHandle
 from bobox_sched.core.timers import Timers
 
@@ -192,6 +193,7 @@ class SchedulerCore:
         memory: str = "local",
         locality_sample: int = 0,
         task_stats: bool = True,
+        precompile: bool | None = None,
         **policy_options,
     ):
         # Bounds: bobox_sched/core/limits.py (the CLI applies the same ones).
@@ -245,6 +247,15 @@ class SchedulerCore:
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay)
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
+        # Every cached kernel signature loaded before a worker exists: what a free-threaded
+        # build needs (core/precompile.py); None: only there.
+        self.precompiled = None
+        if precompile or (precompile is None and FENCED):
+            from bobox_sched.core import precompile as _pre
+
+            self.precompiled = _pre.precompile()
+            if FENCED:
+                _pre.watch()
         _lifecycle.adopt(self)  # shut down at interpreter exit (SchedulerShutdown once exiting)
         for w in self.workers:
             w.start()

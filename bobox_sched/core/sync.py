@@ -70,6 +70,12 @@ each gets it (each module's doc gives its protocol):
   that carry no data (stop, suspend: the reader acts on nothing the writer stored
   before), so an atomic store and load is all they need; the lost-wake-up argument
   runs under the record's condition lock;
+* ``core/precompile.py``: no worker may call a numba dispatcher while it compiles (numba
+  does not order the two without the GIL): every cached signature is loaded before the
+  workers start; a compile on a worker is reported;
+* ``domains/loans.py``, ``channel.py``, ``ring.py``: between processes, so only the
+  LLVM atomics of ``core/atomics.py`` (each module's doc); a loan's give-back is one
+  atomic store from a ``__del__``;
 * ``txn/coordinator.py``: ``done_batch`` / ``open_batch``, read without the group's
   lock: fenced between the results and the store, and between the load and the
   results.

@@ -24,7 +24,8 @@ holds ``rows`` rows, column after column in schema order, each column at a 64-by
 boundary), ``PUNCT`` (a punctuation, pickled: a parallel region's pulse, a latency
 marker, a watermark, in its place among the packets), ``END`` (end of stream). A packet
 travels as a loan when its columns live in the producing domain's arena (every packet a
-domain's operator made with ``ctx.new_packet``); otherwise it is copied, split into
+domain's operator made with ``ctx.new_packet``) and it has at least
+``loans.LEND_MIN_BYTES`` (below, a copy costs less); otherwise it is copied, split into
 several when larger than a slot.
 
 Each receiving domain has a *bell* (a segment of 2 words, made by the front once per
@@ -293,7 +294,7 @@ class ChannelWriter:
         self.book.reap()
         cols = [np.asarray(columns[k]) for k, _ in schema]
         data = sum(c.nbytes for c in cols)
-        if self._lend(cols, rows):
+        if data >= loans.LEND_MIN_BYTES and self._lend(cols, rows):
             loans.tally(data, 0, 1, 0)
             return
         loans.tally(data, 2 * data, 0, 1)  # into the slots here, out of them in the receiver

@@ -1,0 +1,129 @@
+"""Kernels compiled before the workers start: what a free-threaded build needs of numba.
+
+Numba's dispatcher (the object a ``@njit`` function is) compiles a signature the first
+time it is called with new argument types, and adds the machine code to its table of
+overloads. Under the GIL that is safe. Without it (CPython 3.14t; numba calls its
+support experimental) a thread that calls the dispatcher while another adds an overload
+reads the table as it changes: numba does not make that safe. So on a free-threaded
+build every signature the workers will call must be in the tables before they start,
+and nothing may compile while they run.
+
+Where the signatures come from: every kernel here is ``cache=True``, and numba's on-disk
+cache keeps, per kernel and interpreter, an index of the signatures it compiled before
+(``<module>.<kernel>-<line>.<python tag>.nbi``). ``precompile`` loads every signature of
+that index for every dispatcher of the given modules (default: every module imported
+so far): machine code from the cache, milliseconds per signature, no compiling. The
+Scheduler calls it before it starts its workers when the GIL is off
+(``Scheduler(precompile=None)``: ``sync.FENCED``; ``True`` forces it on any build). A
+plan's kernels therefore come precompiled when its modules are imported before the
+Scheduler is made (``bobox run`` and the experiments do) and they ran once on this
+machine and interpreter before. A first run with one worker (``bobox run
+--threads-per-node 1``, or ``Scheduler(threads_per_node=1)`` on a one-node machine)
+compiles them safely, one thread calling, and fills the index (it is per interpreter:
+run it with the free-threaded one).
+
+What remains: a signature never compiled on this machine compiles at its first call, on
+a worker. ``watch()`` (installed with the first precompile on a free-threaded build)
+warns once per kernel when that happens on a worker thread (``SchedulerWarning``), naming
+the kernel and saying how to have it precompiled; the compile itself runs under numba's
+own compiler lock, as on any build.
+
+Who touches what: ``precompile`` runs in the thread that makes the Scheduler, before any
+worker exists; ``_warned`` is a set that worker threads add to (one ``add`` per kernel,
+atomic: sync's inventory).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+_warned: set = set()
+_watching = False
+
+
+def kernels_of(modules) -> list:
+    """``(name, dispatcher)`` of every numba dispatcher found in the globals of `modules`
+    (module objects), each once."""
+    from numba.core.dispatcher import Dispatcher
+
+    seen, out = set(), []
+    for mod in modules:
+        try:
+            items = list(vars(mod).items())
+        except TypeError:
+            continue
+        for name, obj in items:
+            if isinstance(obj, Dispatcher) and id(obj) not in seen:
+                seen.add(id(obj))
+                out.append((f"{getattr(mod, '__name__', '?')}.{name}", obj))
+    return out
+
+
+def cached_signatures(dispatcher) -> list:
+    """The signatures numba's on-disk cache holds for `dispatcher` under this
+    interpreter ([] without a cache, or an index that cannot be read)."""
+    cache = getattr(dispatcher, "_cache", None)
+    index_file = getattr(cache, "_cache_file", None)
+    if index_file is None:
+        return []
+    try:
+        index = index_file._load_index()
+    except Exception:  # noqa: BLE001 - an unreadable index is an empty one (numba does the same)
+        return []
+    return [key[0] for key in index]
+
+
+def precompile(modules=None) -> dict:
+    """Load every cached signature of every dispatcher in `modules` (default: all of
+    ``sys.modules``) into the dispatcher: ``{"kernels", "signatures", "failed",
+    "seconds"}``. A signature that fails to load (a stale index entry) is counted in
+    ``failed`` and left to compile lazily."""
+    t0 = time.perf_counter()
+    mods = list(sys.modules.values()) if modules is None else list(modules)
+    kernels = kernels_of(mods)
+    loaded = failed = 0
+    for _, d in kernels:
+        have = set(d.signatures)
+        for sig in cached_signatures(d):
+            if tuple(sig) in have:
+                continue
+            try:
+                d.compile(tuple(sig))
+                loaded += 1
+            except Exception:  # noqa: BLE001 - see docstring
+                failed += 1
+    return {"kernels": len(kernels), "signatures": loaded, "failed": failed,
+            "seconds": round(time.perf_counter() - t0, 4)}
+
+
+def watch() -> None:
+    """Warn (once per kernel) when a kernel compiles on a worker thread (module doc).
+    Idempotent; installed by the Scheduler on free-threaded builds."""
+    global _watching
+    if _watching:
+        return
+    from numba.core.dispatcher import Dispatcher
+
+    original = Dispatcher._compile_for_args
+
+    def _compile_for_args(self, *args, **kws):
+        from bobox_sched.core.worker import current_worker
+
+        if current_worker() is not None and id(self) not in _warned:
+            _warned.add(id(self))
+            from bobox_sched.core.errors import SchedulerWarning
+
+            warnings.warn(f"kernel {getattr(self, '__qualname__', self)} compiles a new signature while the "
+                          "workers run: without the GIL numba does not make that safe. Run the workload once "
+                          "on this interpreter with one worker (bobox run --threads-per-node 1), and make the "
+                          "Scheduler after importing its modules: it is then loaded before the workers start",
+                          SchedulerWarning, 2)
+        return original(self, *args, **kws)
+
+    Dispatcher._compile_for_args = _compile_for_args
+    _watching = True
+
+
+__all__ = ["cached_signatures", "kernels_of", "precompile", "watch"]
