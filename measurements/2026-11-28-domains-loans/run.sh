@@ -38,4 +38,6 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$D/machine.txt"
+# The NUMA figure, in a 2-node guest (about 1.5 min; needs the VM tier's packages)
+"$TOP/.venv/bin/python" "$D/vm.py" > "$D/vm.txt" 2> "$D/vm.err"
 python3 "$D/table.py" "$D" > "$D/table.md"

@@ -29,6 +29,7 @@ runs = {n: median_run(n) for n in ("threads1", "threads2", "domains2", "threads2
 r1, r2, rd, p2, pd = (runs[n][0] for n in ("threads1", "threads2", "domains2", "threads2-par2", "domains2-par2"))
 t1, t2, td = r1["wall_s"], r2["wall_s"], rd["wall_s"]
 mib = lambda r, k: r[k] >> 20  # noqa: E731
+vm = last_json("vm.txt") if os.path.exists(os.path.join(D, "vm.txt")) else None
 rows = [
     ("gil_bound_speedup: 2 domains x 1 worker over 1 process x 2 workers (GIL-bound plan, a request per worker)",
      ">= 1.8", f"{dom['gil_bound_speedup']} ({dom['in_process_s']} s / {dom['domains_s']} s)",
@@ -67,6 +68,11 @@ rows = [
      f"{dom['crash_other_answers_equal']} ({dom['crash_completed']} completed, {dom['crash_failed']} failed with it; "
      f"after the restart {dom['crash_restarted_answers_equal']}); {dom['leaked_segments']}", "bobox bench domains --json"),
 ]
+if vm is not None:
+    rows.append(("NUMA VM, 2 nodes x 2 CPUs, domains=auto: consumed packets' pages on the consumer's node (move_pages)",
+                 ">= 95 %", f"{100 * vm['local_fraction']:.1f} % of {vm['pages']} pages; domains on CPUs "
+                 f"{[d['kernel_cpus'] for d in vm['domains']]}, memory policies {[d['policies'] for d in vm['domains']]}",
+                 "python measurements/2026-11-28-domains-loans/vm.py (scripts/vm-run's guest)"))
 print("| figure | goal | measured | command |")
 print("|---|---|---|---|")
 for r in rows:
