@@ -8,7 +8,7 @@ process. PSS divides each shared page among the processes that map it: summed ov
 them, every page counts once, which is what the machine holds. The kernel keeps no
 peak of it (only of RSS: ``VmHWM``), hence the sampling (``psutil``'s
 ``memory_full_info``, read from ``/proc/<pid>/smaps_rollup``): the peak can be missed
-by up to one interval's growth.
+by up to one interval's growth (the interval: ``INTERVAL_S`` to ``MAX_INTERVAL_S``, below).
 
 Who touches what: the sampler thread writes ``peak`` and ``samples``; the thread that
 made the sampler reads them after ``stop`` (which joins it).
@@ -29,6 +29,7 @@ import psutil
 # psutil's per-thread CPU times, 2026-11-28). 50x: 2 %.
 INTERVAL_S = 0.05
 OVERHEAD_X = 50
+MAX_INTERVAL_S = 0.25  # ... but at most this, so that a run of a second still has 4 samples (then >2 % a core)
 
 
 class PssPeak:
@@ -60,7 +61,7 @@ class PssPeak:
         while True:
             t0 = clock()
             self.sample()
-            if self._stop.wait(max(self._interval, OVERHEAD_X * (clock() - t0))):
+            if self._stop.wait(min(max(self._interval, OVERHEAD_X * (clock() - t0)), MAX_INTERVAL_S)):
                 break
 
     def __enter__(self) -> "PssPeak":
@@ -82,4 +83,4 @@ def run_pids(sched) -> list[int]:
     return [os.getpid()] + ([d["pid"] for d in doms] if isinstance(doms, list) else [])
 
 
-__all__ = ["INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]
+__all__ = ["INTERVAL_S", "MAX_INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]

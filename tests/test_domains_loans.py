@@ -254,28 +254,72 @@ def test_a_full_dev_shm_gives_private_blocks(monkeypatch):
     import errno
 
     arena = SharedArena(None, chunk_bytes=1 << 20)
+    try:
+        def full(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-    def full(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(os, "posix_fallocate", full)
+        pool = NodePool(0, node_local=False)
+        pool.block_source = arena.alloc
+        p = new_packet(pool, {"x": np.int64}, 10, None)
+        p["x"][:] = 5
+        assert loans.place_of([p["x"]]) is None and arena.full  # private: it would be copied
+        monkeypatch.undo()
+        assert arena.alloc(4096) is None and len(arena.segments) == 1  # no more tries once full
+        assert loans.place_of([]) is None
+    finally:
+        arena.close()
+    assert not [n for n in shm.ours() if "-pool" in n]
 
-    monkeypatch.setattr(os, "posix_fallocate", full)
-    pool = NodePool(0, node_local=False)
-    pool.block_source = arena.alloc
-    p = new_packet(pool, {"x": np.int64}, 10, None)
-    p["x"][:] = 5
-    assert loans.place_of([p["x"]]) is None  # private: it would be copied
-    assert arena.segments == [] and not [n for n in shm.ours() if "-pool" in n]
-    assert loans.place_of([]) is None
+
+def test_no_new_arena_segment_without_room_to_spare(monkeypatch):
+    from bobox_sched.domains import arena as A
+
+    class Small:
+        f_bavail, f_frsize = 100, 4096  # 400 KiB free
+
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: Small() if p == shm.SHM_DIR else real(p))
+    a = SharedArena(None, chunk_bytes=1 << 20)
+    assert a.alloc(4096) is None and a.full and a.segments == []
+    monkeypatch.setattr(A, "MIN_SHM_ROOM", 0)
+    monkeypatch.setattr(os, "statvfs", real)
+    b = SharedArena(None, chunk_bytes=1 << 20)
+    try:
+        assert b.alloc(4096) is not None and len(b.segments) == 1
+    finally:
+        b.close()
 
 
-def test_small_packets_are_copied_and_large_ones_lent(pair, monkeypatch):
-    monkeypatch.setattr(loans, "LEND_MIN_BYTES", 32 << 10)
-    before = loans.totals()
-    small, large = pair.packet(range(100)), pair.packet(range(4096))  # 1200 B; 48 KiB
-    pair.send(small)
-    pair.send(large)
-    got = pair.receive()
-    after = loans.totals()
-    assert after["copied_packets"] - before["copied_packets"] == 1 and after["lent_packets"] - before["lent_packets"] == 1
-    assert after["copied_bytes"] - before["copied_bytes"] == 2 * 1200
-    assert [len(g) for g in got] == [100, 4096] and list(got[1]["x"][-2:]) == [4094, 4095]
+def test_a_reader_that_comes_after_its_request_ended_fails_its_source():
+    from bobox_sched.core.sources import _Failed
+
+    seg = C.create_channel()
+    try:
+        C.close_reader(seg.name)
+        chan = StreamChannel(capacity=None)
+        r = C._Reader(seg.name, chan)
+        item = chan._take()
+        assert r.dropped and isinstance(item, _Failed) and isinstance(item.exc, C.ChannelGone)
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_expect_releases_what_it_added_when_a_channel_fails():
+    from bobox_sched import Plan
+
+    seg, bell = C.create_channel(), C.create_bell()
+    try:
+        p = Plan("two-in")
+        p.add("a", C.ChannelIn, seg.name, bell.name)
+        p.add("b", C.ChannelIn, f"{shm.PREFIX}{os.getpid()}-00000000-chan", bell.name)  # no such segment
+        with pytest.raises(FileNotFoundError):
+            C.expect(p)
+        assert seg.name not in C._expected
+        rd = [r for r in C.Receiver.of(bell.name)._readers if r.m.seg.name == seg.name]
+        assert rd == [] or rd[0].dropped  # dropped (the receiver removes it on its next pass)
+    finally:
+        for s in (seg, bell):
+            s.close()
+            s.unlink()

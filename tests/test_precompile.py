@@ -48,6 +48,9 @@ def test_cached_signatures_are_loaded_before_any_call(tmp_path):
         r = precompile([kmod])
         assert r["kernels"] == 2 and r["signatures"] == 2 and r["failed"] == 0, r
         print(sorted(str(s) for s in kmod.total.signatures))
+        import numpy as np
+        assert kmod.total(np.arange(4)) == 6 and kmod.total(np.ones(2)) == 2.0  # the loaded code runs
+        assert len(kmod.total.signatures) == 2 and not kmod.total._cache_misses  # nothing compiled
     """)
     assert "float64" in out and "int64" in out
 

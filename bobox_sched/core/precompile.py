@@ -12,7 +12,8 @@ Where the signatures come from: every kernel here is ``cache=True``, and numba's
 cache keeps, per kernel and interpreter, an index of the signatures it compiled before
 (``<module>.<kernel>-<line>.<python tag>.nbi``). ``precompile`` loads every signature of
 that index for every dispatcher of the given modules (default: every module imported
-so far): machine code from the cache, milliseconds per signature, no compiling. The
+so far): machine code from the cache, milliseconds per signature, no compiling (an
+index entry the cache cannot serve here, compiled for another CPU, is skipped). The
 Scheduler calls it before it starts its workers when the GIL is off
 (``Scheduler(precompile=None)``: ``sync.FENCED``; ``True`` forces it on any build). A
 plan's kernels therefore come precompiled when its modules are imported before the
@@ -29,8 +30,11 @@ the kernel and saying how to have it precompiled; the compile itself runs under 
 own compiler lock, as on any build.
 
 Who touches what: ``precompile`` runs in the thread that makes the Scheduler, before any
-worker exists; ``_warned`` is a set that worker threads add to (one ``add`` per kernel,
-atomic: sync's inventory).
+of its workers exists. Loading signatures into a dispatcher that another thread calls
+is the very race this avoids: on a free-threaded build make the Schedulers of a process
+one after another (or the first after importing every kernel module), never one while
+another's workers run. A dispatcher's ``_bobox_warned`` flag is set by the first worker
+that warns about it (an attribute store: at worst two workers warn once each).
 """
 
 from __future__ import annotations
@@ -39,23 +43,24 @@ import sys
 import time
 import warnings
 
-_warned: set = set()
 _watching = False
 
 
 def kernels_of(modules) -> list:
-    """``(name, dispatcher)`` of every numba dispatcher found in the globals of `modules`
-    (module objects), each once."""
-    from numba.core.dispatcher import Dispatcher
+    """``(name, dispatcher)`` of every numba CPU dispatcher (``@njit``) found in the
+    globals of `modules` (module objects), each once. ``type(obj)``, not ``isinstance``:
+    a proxy object's ``__class__`` may run code; a module that cannot be read is
+    skipped."""
+    from numba.core.registry import CPUDispatcher
 
     seen, out = set(), []
     for mod in modules:
         try:
             items = list(vars(mod).items())
-        except TypeError:
+        except Exception:  # noqa: BLE001 - no __dict__, or one changing under us: not ours to precompile
             continue
         for name, obj in items:
-            if isinstance(obj, Dispatcher) and id(obj) not in seen:
+            if issubclass(type(obj), CPUDispatcher) and id(obj) not in seen:
                 seen.add(id(obj))
                 out.append((f"{getattr(mod, '__name__', '?')}.{name}", obj))
     return out
@@ -79,7 +84,7 @@ def precompile(modules=None) -> dict:
     """Load every cached signature of every dispatcher in `modules` (default: all of
     ``sys.modules``) into the dispatcher: ``{"kernels", "signatures", "failed",
     "seconds"}``. A signature that fails to load (a stale index entry) is counted in
-    ``failed`` and left to compile lazily."""
+    ``failed`` and left to compile lazily (nothing is compiled here: cache loads only)."""
     t0 = time.perf_counter()
     mods = list(sys.modules.values()) if modules is None else list(modules)
     kernels = kernels_of(mods)
@@ -89,13 +94,33 @@ def precompile(modules=None) -> dict:
         for sig in cached_signatures(d):
             if tuple(sig) in have:
                 continue
-            try:
-                d.compile(tuple(sig))
+            if _load(d, tuple(sig)):
                 loaded += 1
-            except Exception:  # noqa: BLE001 - see docstring
+            else:
                 failed += 1
     return {"kernels": len(kernels), "signatures": loaded, "failed": failed,
             "seconds": round(time.perf_counter() - t0, 4)}
+
+
+def _load(d, sig: tuple) -> bool:
+    """Load `sig` of dispatcher `d` from numba's cache, as ``Dispatcher.compile`` does
+    on a cache hit (numba 0.6x), and never compile: False if the cache cannot serve it
+    here (an entry for another CPU, a stale one)."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    try:
+        with global_compiler_lock:
+            if sig in d.overloads:
+                return True
+            cres = d._cache.load_overload(sig, d.targetctx)
+            if cres is None:
+                return False
+            if not cres.objectmode:
+                d.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            d.add_overload(cres)
+            return True
+    except Exception:  # noqa: BLE001 - numba internals that moved, a foreign entry: left to compile lazily
+        return False
 
 
 def watch() -> None:
@@ -111,8 +136,8 @@ def watch() -> None:
     def _compile_for_args(self, *args, **kws):
         from bobox_sched.core.worker import current_worker
 
-        if current_worker() is not None and id(self) not in _warned:
-            _warned.add(id(self))
+        if current_worker() is not None and not getattr(self, "_bobox_warned", False):
+            self._bobox_warned = True  # (two workers at once may both warn: a duplicate, never a miss)
             from bobox_sched.core.errors import SchedulerWarning
 
             warnings.warn(f"kernel {getattr(self, '__qualname__', self)} compiles a new signature while the "

@@ -7,8 +7,9 @@ them from segments of ``CHUNK_BYTES`` (a block larger than that gets a segment o
 own), named ``bobox-<pid>-<token>-pool<k>``: ``<pid>-<token>`` is the arena's ``key``
 (one per arena), `k` counts its segments from 0. Another process that knows the key
 maps segment `k` by name (``attach``). The segments' pages are preferred on the arena's
-node (``shm.prefer_node``: the tmpfs file's own policy, whoever touches a page first),
-so a packet's memory stays on its node wherever it is read.
+node (``shm.prefer_node``: the tmpfs file's own policy), so a packet's memory stays on
+its node wherever it is read; without a node (one-node machines) they follow the
+allocating worker's.
 
 Who touches what, when:
 
@@ -17,16 +18,20 @@ Who touches what, when:
   current segment's free offset or to make a new segment. The hot path does not come
   here: a pool reuses its free blocks first, and a run needs a handful of blocks per
   size class (``packet.py``);
-* a segment's pages are reserved when it is made (``posix_fallocate``): a full
-  /dev/shm is then an error there, and the pool makes a private block instead
-  (``alloc`` gives None), rather than a SIGBUS at the first touch of a page;
+* a block's pages are reserved when it is carved (``shm.reserve``: ``posix_fallocate``
+  of its bytes only, so reserved memory is memory in use, and a process's PSS shows it
+  once touched): a full /dev/shm is then an error there, and the arena gives None for
+  good (``full``: no further tries that would fill /dev/shm for a moment each), so the
+  pool makes private blocks instead, rather than a SIGBUS at a page's first touch. A
+  new segment is made only while /dev/shm keeps ``MIN_SHM_ROOM`` free besides;
 * a block is never given back to the arena: the pool keeps it on its free list for
   ever (``NodePool`` gives shared blocks no cap), so the arena only grows, to the
   domain's peak of packet memory in flight, as a pool of private memory would at its
-  cap. Pages of a block are recycled by the pool, so the segments' size is that peak;
-* the owner unlinks every segment (``close``) when its domain ends; mappings in other
-  processes stay valid until they are unmapped. A domain that dies leaves its segments
-  to the front (``shm.unlink_of``) or to the next Scheduler's ``shm.sweep_stale``.
+  cap;
+* the segments are unlinked by the front once every domain of the Scheduler ended (a
+  consumer may map a segment of a loan queued for it until then; ``front._unlink_made``,
+  also for a domain that died), or by the next Scheduler's ``shm.sweep_stale`` when the
+  front itself died. ``close`` unlinks them from the owning process (tests).
 """
 
 from __future__ import annotations
@@ -38,15 +43,15 @@ import threading
 
 import numpy as np
 
-from bobox_sched.domains.shm import PREFIX, Segment
+from bobox_sched.domains.shm import PREFIX, SHM_DIR, Segment, reserve
 
 # One segment per 64 MiB of packets: at the default 1 MiB packets, 64 blocks per
 # segment, so a mix at its peak (~100 concurrent requests x 4 buffered packets, packet.py)
 # maps a few segments, and an idle domain holds one.
 CHUNK_BYTES = 64 << 20
-# A domain takes its packet memory from /dev/shm only when it has this much room there
-# (a container's default /dev/shm is 64 MiB): else its pools stay private and packets
-# crossing domains are copied. 1 GiB: the SF 1 mix's packets in flight (75 MiB peak held
+# A domain takes its packet memory from /dev/shm only while it has this much room there
+# besides (a container's default /dev/shm is 64 MiB): else its pools stay private and
+# packets crossing domains are copied. 1 GiB: the SF 1 mix's packets in flight (75 MiB peak held
 # on 2 domains, bobox run --json) many times over, with room for the table store beside.
 MIN_SHM_ROOM = 1 << 30
 ALIGN = 4096  # blocks start on a page: pages are what a node owns
@@ -68,21 +73,28 @@ class SharedArena:
         self._lock = threading.Lock()  # guards segments, _carving, _at (alloc only: never a __del__)
         self._carving: tuple[Segment, int] | None = None  # the chunk blocks are carved from, and its k
         self._at = 0  # its free offset
+        self.full = False  # /dev/shm had no room once: no more shared blocks (module doc)
 
     def _new_segment(self, nbytes: int) -> tuple[Segment, int]:
         k = len(self.segments)
-        seg = Segment.create_named(segment_name(self.key, k), nbytes, self.node, reserve=True)
+        st = os.statvfs(SHM_DIR)
+        if st.f_bavail * st.f_frsize < nbytes + MIN_SHM_ROOM:
+            raise OSError(errno.ENOSPC, f"{SHM_DIR} keeps less than {MIN_SHM_ROOM >> 20} MiB free beside a new arena segment")
+        seg = Segment.create_named(segment_name(self.key, k), nbytes, self.node)
         self.segments.append(seg)
         return seg, k
 
     def alloc(self, size: int) -> tuple[np.ndarray, tuple[str, int, int]] | None:
         """A block of `size` bytes: its array, and where it lives (key, segment, offset);
         None when /dev/shm has no room for it (the pool then makes a private block)."""
+        if self.full:
+            return None
         size = -(-size // ALIGN) * ALIGN
         try:
             return self._alloc(size)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                self.full = True
                 return None
             raise
 
@@ -98,6 +110,7 @@ class SharedArena:
                 seg, k = self._carving
                 off = self._at
                 self._at += size
+            reserve(seg.name, off, size)
         return seg.array(np.uint8, off, size), (self.key, k, off)
 
     @property

@@ -374,7 +374,8 @@ class _Reader:
         self.dropped = False  # set by Receiver.drop (another thread): stop reading (a plain flag: no data)
         loans.warm()  # an _Ack's __del__ must find its kernel compiled (loans.py, "Borrowing")
         if not _claim(self.m.ctl, READER, os.getpid()):  # before the first pop (loans.py, cases b, c)
-            self.dropped = True  # the request ended before its reader came: read nothing
+            self.dropped = True  # the request ended before its reader came: read nothing, and say so
+            chan.fail(ChannelGone(f"channel {name}: its request ended before this part began reading"))
 
     def ended(self) -> bool:
         """Whether the request reading this channel ended (its source was collected or
@@ -461,10 +462,10 @@ class Receiver:
     def _drain(rd: "_Reader") -> tuple[int, bool]:
         try:
             return rd.drain()
-        except RuntimeError:  # put() refused: the reading request ended
-            return 0, True
-        except Exception as e:  # noqa: BLE001 - this channel fails its request; the receiver goes on with the others
-            rd.chan.fail(ChannelBroken(f"cross-domain channel {rd.m.seg.name} cannot be read: {type(e).__name__}: {e}"))
+        except Exception as e:  # noqa: BLE001 - this channel ends; the receiver goes on with the others
+            if not (isinstance(e, RuntimeError) and (rd.chan.closed or rd.ended())):  # not put() refused: fail it
+                rd.chan.fail(ChannelBroken(f"cross-domain channel {rd.m.seg.name} cannot be read: "
+                                           f"{type(e).__name__}: {e}"))
             return 0, True
 
     def _run(self) -> None:
@@ -505,14 +506,18 @@ def expect(plan) -> list:
     domain: two domains' workers could wait on each other). Returns what ``release``
     takes when the part ends."""
     out = []
-    for factory, args, _ in plan._specs.values():
-        if factory is ChannelIn:
-            name, bell = args
-            ch = StreamChannel(capacity=None)
-            with _expected_lock:
-                _expected[name] = ch
-            Receiver.of(bell).add(name, ch)
-            out.append((name, bell))
+    try:
+        for factory, args, _ in plan._specs.values():
+            if factory is ChannelIn:
+                name, bell = args
+                ch = StreamChannel(capacity=None)
+                with _expected_lock:
+                    _expected[name] = ch
+                out.append((name, bell))
+                Receiver.of(bell).add(name, ch)
+    except BaseException:  # the part is not submitted: what was added reads no more
+        release(out)
+        raise
     return out
 
 
@@ -521,7 +526,10 @@ def release(chans: list) -> None:
     for name, bell in chans:
         with _expected_lock:
             _expected.pop(name, None)
-        Receiver.of(bell).drop(name)
+        try:
+            Receiver.of(bell).drop(name)
+        except OSError:  # its bell could not be mapped: no reader of it was ever added
+            pass
 
 
 class ChannelIn(QueueSource):

@@ -397,6 +397,7 @@ class DomainFront:
         self._share = ArrayShare(places[0][1])  # large plan arrays, sent once per node through shared memory
         self._plans: dict = {}  # id(plan) -> (weakref to it, fingerprint, plan id, {node: blob}): pickled once per node
         self._dead: dict = {}  # slot -> why: a domain that died and could not be restarted
+        self._dead_pids: list = []  # pids of domains that died: their arenas go at shutdown (_unlink_made)
         self._plan_ids = itertools.count(1)
         self._bells: dict = {}  # slot -> bell segment name (channel.py), made on the first spanning request
         self._bell_segs: list = []
@@ -501,8 +502,10 @@ class DomainFront:
                     else:
                         kept.append(j)
             others = [o for o in self._slots if o is not None]
-        if not closing:  # it died: what it made goes now (results nobody will read, its packet
-            unlink_of(d.pid)  # arena); after a shutdown, once every domain ended (_join)
+        if not closing:  # it died: its results nobody will read go now; its packet arena at shutdown
+            unlink_of(d.pid, "-result")  # (a loan of it may be queued for a live domain; _unlink_made)
+            with self._lock:
+                self._dead_pids.append(d.pid)
         err = None if closing else DomainDied(
             f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
@@ -697,9 +700,9 @@ class DomainFront:
             parent.future.set_exception(_cancelled(parent))
             return
         if errs:  # the cause, not what it caused: the other parts end cancelled or find their channel gone
-            from bobox_sched.domains.channel import ChannelGone
+            from bobox_sched.domains.channel import ChannelBroken, ChannelGone
 
-            rank = sorted(errs, key=lambda ke: (isinstance(ke[1], (RequestCancelled, ChannelGone)),
+            rank = sorted(errs, key=lambda ke: (isinstance(ke[1], (RequestCancelled, ChannelGone, ChannelBroken)),
                                                 isinstance(ke[1], RequestCancelled)))
             k, e = rank[0]
             parent._failed = k._failed
@@ -715,7 +718,10 @@ class DomainFront:
         with self._lock:
             self._channels.difference_update(names)
         for n in names:
-            close_reader(n)  # a part that never started reading never will: its producer's loans go
+            try:
+                close_reader(n)  # a part that never started reading never will: its producer's loans go
+            except OSError:  # (its loans then stay out until that domain ends: memory, never a wrong answer)
+                pass
             unlink(n)
 
     def _blob(self, plan, blobs: dict, node) -> bytes:
@@ -952,19 +958,26 @@ class DomainFront:
             if d.reader is not None:
                 d.reader.join()
         own = [d for d in doms if d.reader is me]
-        from bobox_sched.domains.shm import unlink_of
-
-        for d in doms:  # what each made (results never read, packet arenas): unlinked once
-            if d.reader is not me:  # every domain that could still map a loan of it has ended
-                unlink_of(d.pid)
         self._unlink_channels(list(self._channels))
         for seg in self._bell_segs:
             seg.unlink()
         if not own:
-            self._share.close()
-        else:  # the shared arrays go once that domain has ended too
-            threading.Thread(target=lambda: (own[0].proc.wait(), unlink_of(own[0].pid), self._share.close()),
+            self._unlink_made(doms)
+        else:  # what the domains made and the shared arrays go once that domain has ended too
+            threading.Thread(target=lambda: (own[0].proc.wait(), self._unlink_made(doms)),
                              name="bobox-domains-closer").start()
+
+    def _unlink_made(self, doms: list) -> None:
+        """Every domain has ended: what they made (results never read, packet arenas,
+        also of domains that died before: a loan of theirs could still be queued for a
+        live domain until now) and the shared arrays go."""
+        from bobox_sched.domains.shm import unlink_of
+
+        with self._lock:
+            dead = list(self._dead_pids)
+        for pid in [d.pid for d in doms] + dead:
+            unlink_of(pid)
+        self._share.close()
 
     def __repr__(self) -> str:
         return f"<DomainFront policy={self.policy_name!r} domains={len(self._places)} workers={len(self.workers)}>"

@@ -65,11 +65,9 @@ class Segment:
         return cls.create_named(new_name(what), nbytes, node)
 
     @classmethod
-    def create_named(cls, name: str, nbytes: int, node: int | None = None, reserve: bool = False) -> "Segment":
+    def create_named(cls, name: str, nbytes: int, node: int | None = None) -> "Segment":
         """``create`` under a given name (``bobox-<this pid>-...``: ``sweep_stale`` and
-        ``unlink_of`` find it by that pid). `reserve`: allocate its pages now
-        (``posix_fallocate``), so that a full /dev/shm raises OSError (ENOSPC) here
-        instead of a SIGBUS when a page is first touched."""
+        ``unlink_of`` find it by that pid)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"a segment needs a positive size in bytes, got {nbytes!r}")
         if _pid_of(name) != os.getpid():
@@ -80,9 +78,7 @@ class Segment:
             os.ftruncate(fd, nbytes)
             mm = mmap.mmap(fd, nbytes)
             if node is not None:
-                prefer_node(mm, nbytes, node)  # before the pages exist: reserving places them
-            if reserve:
-                os.posix_fallocate(fd, 0, nbytes)
+                prefer_node(mm, nbytes, node)
         except BaseException:
             os.unlink(path)
             raise
@@ -145,6 +141,18 @@ def prefer_node(mm: mmap.mmap, nbytes: int, node: int) -> bool:
     return rc == 0
 
 
+def reserve(name: str, offset: int, nbytes: int) -> None:
+    """Allocate the pages of bytes ``offset .. offset + nbytes`` of segment `name` now
+    (``posix_fallocate``; by the file's memory policy, ``prefer_node``): a full /dev/shm
+    then raises OSError (ENOSPC) here, instead of a SIGBUS when the page is first
+    touched."""
+    fd = os.open(_path(name), os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, offset, nbytes)
+    finally:
+        os.close(fd)
+
+
 def unlink(name: str) -> bool:
     """Remove segment `name` (by name: no need to map it). False if it was gone already.
     Mappings of it stay valid."""
@@ -182,12 +190,13 @@ def ours(pid: int | None = None) -> list[str]:
     return sorted(n for n in names if n.startswith(PREFIX) and _pid_of(n) == pid)
 
 
-def unlink_of(pid: int | None) -> list[str]:
+def unlink_of(pid: int | None, suffix: str = "") -> list[str]:
     """Unlink every segment process `pid` made (it has exited: a domain that died or
-    ended); their names. Other processes' mappings of them stay valid."""
+    ended) whose name ends with `suffix`; their names. Other processes' mappings of
+    them stay valid."""
     if pid is None:
         return []
-    return [n for n in ours(pid) if unlink(n)]
+    return [n for n in ours(pid) if n.endswith(suffix) and unlink(n)]
 
 
 def sweep_stale() -> list[str]:
@@ -208,4 +217,4 @@ def sweep_stale() -> list[str]:
     return gone
 
 
-__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "sweep_stale", "unlink", "unlink_of"]
+__all__ = ["PREFIX", "SHM_DIR", "Segment", "new_name", "ours", "prefer_node", "reserve", "sweep_stale", "unlink", "unlink_of"]
