@@ -8,7 +8,7 @@ process. PSS divides each shared page among the processes that map it: summed ov
 them, every page counts once, which is what the machine holds. The kernel keeps no
 peak of it (only of RSS: ``VmHWM``), hence the sampling (``psutil``'s
 ``memory_full_info``, read from ``/proc/<pid>/smaps_rollup``): the peak can be missed
-by up to one interval's growth (the interval: ``INTERVAL_S`` to ``MAX_INTERVAL_S``, below).
+by up to ``GROWTH`` of the summed RSS (below: when it takes a sample).
 
 Who touches what: the sampler thread writes ``peak`` and ``samples``; the thread that
 made the sampler reads them after ``stop`` (which joins it).
@@ -21,15 +21,17 @@ import time
 
 import psutil
 
-# Sampling period: at least INTERVAL_S, and at least OVERHEAD_X times what the last
-# sample took, so that sampling costs the run at most 1/OVERHEAD_X of a core. Reading
-# smaps_rollup walks the process's page tables: 7.8 ms per sample of the SF 1 mix's
-# process (1.4 GiB resident, 2-core machine), so the fixed 50 ms period this had took
-# 0.36 CPU-s of a 2.3 s run, 16 % of a core, from the workers it measured (found with
-# psutil's per-thread CPU times, 2026-11-28). 50x: 2 %.
+# How the sampler spends its CPU. Reading PSS (smaps_rollup) walks a process's page
+# tables: 7.8 ms a sample of the SF 1 mix's 1.4 GiB process here (2-core machine), so a
+# fixed 50 ms period took 0.36 CPU-s of a 2.3 s run, 16 % of a core, from the workers it
+# measured (psutil per-thread CPU times, 2026-11-28). RSS (statm) costs microseconds.
+# So: RSS every INTERVAL_S; PSS only when the summed RSS passes the last PSS sample's
+# by GROWTH (the peak of PSS is where RSS peaks: PSS moves with RSS, shared pages only
+# divided), and besides at most once per OVERHEAD_X times what the last PSS sample took
+# (2 % of a core): a run of ~1 GiB growing by 40 % takes ~20 growth samples.
 INTERVAL_S = 0.05
+GROWTH = 1.02
 OVERHEAD_X = 50
-MAX_INTERVAL_S = 0.25  # ... but at most this, so that a run of a second still has 4 samples (then >2 % a core)
 
 
 class PssPeak:
@@ -46,6 +48,7 @@ class PssPeak:
         self.samples = 0
 
     def sample(self) -> int:
+        """One PSS sample now (summed over the pids); the peak follows it."""
         total = 0
         for pid in self._pids_fn():
             try:
@@ -56,12 +59,29 @@ class PssPeak:
         self.peak = max(self.peak, total)
         return total
 
+    def rss(self) -> int:
+        total = 0
+        for pid in self._pids_fn():
+            try:
+                total += psutil.Process(pid).memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return total
+
     def _run(self) -> None:
-        clock = time.thread_time  # this thread's CPU: what a sample costs the run
+        clock, now = time.thread_time, time.monotonic  # this thread's CPU: what a sample costs the run
+        base = 0  # summed RSS at the last PSS sample
+        cost = 0.0
+        last = float("-inf")
         while True:
-            t0 = clock()
-            self.sample()
-            if self._stop.wait(min(max(self._interval, OVERHEAD_X * (clock() - t0)), MAX_INTERVAL_S)):
+            rss = self.rss()
+            if rss > base * GROWTH or now() - last >= OVERHEAD_X * cost:  # module constants' comment
+                t0 = clock()
+                self.sample()
+                cost = clock() - t0
+                last = now()
+                base = max(base, rss)
+            if self._stop.wait(self._interval):
                 break
 
     def __enter__(self) -> "PssPeak":
@@ -83,4 +103,4 @@ def run_pids(sched) -> list[int]:
     return [os.getpid()] + ([d["pid"] for d in doms] if isinstance(doms, list) else [])
 
 
-__all__ = ["INTERVAL_S", "MAX_INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]
+__all__ = ["GROWTH", "INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]
