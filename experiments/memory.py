@@ -47,26 +47,25 @@ class PssPeak:
         self.peak = 0
         self.samples = 0
 
-    def sample(self) -> int:
-        """One PSS sample now (summed over the pids); the peak follows it."""
+    def _summed(self, read) -> int:
+        """`read(process)` summed over the pids."""
         total = 0
         for pid in self._pids_fn():
             try:
-                total += psutil.Process(pid).memory_full_info().pss
+                total += read(psutil.Process(pid))
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue  # a domain that ended between the listing and the read
+        return total
+
+    def sample(self) -> int:
+        """One PSS sample now (summed over the pids); the peak follows it."""
+        total = self._summed(lambda p: p.memory_full_info().pss)
         self.samples += 1
         self.peak = max(self.peak, total)
         return total
 
     def rss(self) -> int:
-        total = 0
-        for pid in self._pids_fn():
-            try:
-                total += psutil.Process(pid).memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return total
+        return self._summed(lambda p: p.memory_info().rss)
 
     def _run(self) -> None:
         clock, now = time.thread_time, time.monotonic  # this thread's CPU: what a sample costs the run
