@@ -11,7 +11,8 @@ Protocol (who touches what, when):
 
 * **Lending** (the producer: the channel's ``ChannelWriter``, run by one worker at a time
   while its operator lives). For a packet of at least ``LEND_MIN_BYTES`` whose every
-  column is a contiguous piece of a pool block in an arena, it takes a free loan number ``i`` from its ``LoanBook``
+  column is a contiguous piece of a pool block in an arena, it takes a free loan
+  number ``i`` from its ``LoanBook``
   (``free``, its own list), keeps the packet's column arrays in ``held[i]`` (so the
   pool cannot recycle the block: the block goes back only when its lease dies, and
   ``held`` is a reference to it), stores 1 into word ``i`` (an atomic store), and only
@@ -34,8 +35,8 @@ Protocol (who touches what, when):
   each packet it sends. Once the writer will send no more (its operator's ``on_end``,
   or the operator died: a failed or cancelled request never calls ``on_end``), it is
   *adopted*: appended to ``_adopted`` (a deque: lock-free, so a finalizer may do it),
-  and the process's keeper thread owns it from then on, reaping it every
-  ``KEEP_S`` until no loan is out. Only one thread owns a book at a time: the writer's
+  and the process's keeper thread owns it from then on, reaping it every ``KEEP_S``
+  (doubling up to ``IDLE_S`` while nothing comes back) until no loan is out. Only one thread owns a book at a time: the writer's
   worker before adoption, the keeper after (the deque's append/pop order the two).
 * **Loans nobody will give back.** (a) The consumer stopped reading (its request
   ended before the end of stream): its receiver sets the channel's ``gone`` word and
@@ -68,8 +69,8 @@ from bobox_sched.core.packet import block_of
 LOANS = 1024  # loans a channel can have out at once: 1 GiB of 1 MiB packets
 # Packets smaller than this are copied, not lent: a loan costs ~22 us a packet whatever
 # its size (finding its place, the loan table, the consumer's views; writer and reader
-# in one thread), a copy ~17 us plus the bytes twice: even at 32 KiB, 1.5x cheaper at
-# 8 B (tests' Pair, 2 columns, this 2-core machine, 2026-11-28; 22.1 vs 21.0 us at
+# in one thread), a copy ~17 us plus the bytes twice: the two are even at 32 KiB, and a
+# copy is 1.5x cheaper at 8 B (tests' Pair, 2 columns, this 2-core machine, 2026-11-28; 22.1 vs 21.0 us at
 # 32 KiB, 22.9 vs 24.2 at 64 KiB, 24.0 vs 86.1 at 512 KiB).
 LEND_MIN_BYTES = 32 << 10
 KEEP_S = 0.005  # the keeper's period while loans come back (doubling, up to IDLE_S, while none do)
