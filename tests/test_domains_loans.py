@@ -323,3 +323,16 @@ def test_expect_releases_what_it_added_when_a_channel_fails():
         for s in (seg, bell):
             s.close()
             s.unlink()
+
+
+def test_small_packets_are_copied_and_large_ones_lent(pair, monkeypatch):
+    monkeypatch.setattr(loans, "LEND_MIN_BYTES", 32 << 10)
+    before = loans.totals()
+    small, large = pair.packet(range(100)), pair.packet(range(4096))  # 1200 B; 48 KiB
+    pair.send(small)
+    pair.send(large)
+    got = pair.receive()
+    after = loans.totals()
+    assert after["copied_packets"] - before["copied_packets"] == 1 and after["lent_packets"] - before["lent_packets"] == 1
+    assert after["copied_bytes"] - before["copied_bytes"] == 2 * 1200
+    assert [len(g) for g in got] == [100, 4096] and list(got[1]["x"][-2:]) == [4094, 4095]
