@@ -34,6 +34,18 @@ GROWTH = 1.02
 OVERHEAD_X = 50
 
 
+def summed(pids, read):
+    """`read(psutil.Process(pid))` summed over `pids`, skipping a process that ended
+    between the listing and the read (a domain that died)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += read(psutil.Process(pid))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
+
+
 class PssPeak:
     """``with PssPeak(pids_fn) as m: ...``; then ``m.peak`` (bytes; the largest summed
     PSS sampled) and ``m.samples``. `pids_fn` returns the pids to sum, asked at each
@@ -47,25 +59,15 @@ class PssPeak:
         self.peak = 0
         self.samples = 0
 
-    def _summed(self, read) -> int:
-        """`read(process)` summed over the pids."""
-        total = 0
-        for pid in self._pids_fn():
-            try:
-                total += read(psutil.Process(pid))
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue  # a domain that ended between the listing and the read
-        return total
-
     def sample(self) -> int:
         """One PSS sample now (summed over the pids); the peak follows it."""
-        total = self._summed(lambda p: p.memory_full_info().pss)
+        total = summed(self._pids_fn(), lambda p: p.memory_full_info().pss)
         self.samples += 1
         self.peak = max(self.peak, total)
         return total
 
     def rss(self) -> int:
-        return self._summed(lambda p: p.memory_info().rss)
+        return summed(self._pids_fn(), lambda p: p.memory_info().rss)
 
     def _run(self) -> None:
         clock, now = time.thread_time, time.monotonic  # this thread's CPU: what a sample costs the run
@@ -102,4 +104,4 @@ def run_pids(sched) -> list[int]:
     return [os.getpid()] + ([d["pid"] for d in doms] if isinstance(doms, list) else [])
 
 
-__all__ = ["GROWTH", "INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids"]
+__all__ = ["GROWTH", "INTERVAL_S", "OVERHEAD_X", "PssPeak", "run_pids", "summed"]

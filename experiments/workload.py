@@ -170,18 +170,9 @@ def run_cpu_s(sched) -> float:
     the rest of the run (the front, the domains' receivers and senders, the samplers)
     took: on a machine with as many CPUs as workers, the time the workers then wait for
     a CPU (``cpu_wait_s``)."""
-    import psutil
+    from experiments.memory import run_pids, summed
 
-    from experiments.memory import run_pids
-
-    total = 0.0
-    for pid in run_pids(sched):
-        try:
-            t = psutil.Process(pid).cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        total += t.user + t.system
-    return total
+    return summed(run_pids(sched), lambda p: sum(p.cpu_times()[:2]))  # user + system
 
 
 def choose_parallel(requests: int, workers: int) -> int:

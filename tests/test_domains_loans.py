@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bobox_sched import Scheduler
+from bobox_sched.core.atomics import store_word
 from bobox_sched.core.packet import NodePool, new_packet
 from bobox_sched.core.sources import StreamChannel
 from bobox_sched.domains import channel as C
@@ -160,7 +161,7 @@ def test_loans_of_packets_never_popped_are_freed_when_the_reader_is_gone(pair):
     for i in range(3):
         pair.send(pair.packet(range(5 + i)))  # never popped
     assert pair.w.book.n_out == 4
-    C._store(pair.r.m.ctl, C.GONE, 1)  # the receiver stopped reading (it pops no more)
+    store_word(pair.r.m.ctl, C.GONE, 1)  # the receiver stopped reading (it pops no more)
     pair.w.settle()
     assert pair.w.book.n_out == 1  # the borrowed one stays out while its view lives
     assert list(first["x"]) == list(range(10))
@@ -175,10 +176,10 @@ def test_loans_of_a_reader_whose_process_ended_are_freed(pair):
     (got,) = pair.receive()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout
-    C._store(pair.r.m.ctl, C.READER, int(dead))
+    store_word(pair.r.m.ctl, C.READER, int(dead))
     pair.w.settle()
     assert pair.w.book.n_out == 0
-    C._store(pair.r.m.ctl, C.READER, os.getpid())
+    store_word(pair.r.m.ctl, C.READER, os.getpid())
     pair.send(pair.packet(range(3)))
     pair.w.settle()
     assert pair.w.book.n_out == 1  # a live reader's loan stays out

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bobox_sched import Plan, Scheduler, StreamOperator
+from bobox_sched.core.atomics import store_word
 from bobox_sched.core.errors import RequestCancelled
 from bobox_sched.core.sources import StreamChannel
 from bobox_sched.domains import channel as C
@@ -97,7 +98,7 @@ def test_a_writer_stops_when_the_reader_is_gone():
         w = C.ChannelWriter(seg.name, bell.name)
         for _ in range(C.SLOTS - 1):
             w.send({"x": np.arange(10)}, 10)  # and a schema before the first: the ring is full now
-        C._store(w.m.ctl, 0, 1)  # the reader's request ended
+        store_word(w.m.ctl, 0, 1)  # the reader's request ended
         with pytest.raises(C.ChannelGone):
             w.send({"x": np.arange(10)}, 10)
     finally:

@@ -25,7 +25,7 @@ import os
 import platform
 
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -201,5 +201,25 @@ def cycles_per_second() -> float:
     return _CPS
 
 
-__all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_max", "atomic_store", "cpu_nop", "cpu_pause",
-           "cpu_relax", "cycles", "cycles_per_second", "spin_with_pause"]
+# The same atomics called from Python (one nogil kernel call each): words of memory that
+# other threads, or other processes through a shared mapping, read and write with the
+# intrinsics above (domains/channel.py's control words and bells, domains/loans.py's
+# loan table).
+@njit(nogil=True, cache=True)
+def load_word(words, i):
+    return atomic_load(words, i)
+
+
+@njit(nogil=True, cache=True)
+def store_word(words, i, v):
+    atomic_store(words, i, v)
+
+
+@njit(nogil=True, cache=True)
+def cas_word(words, i, expected, new):
+    """Compare-and-swap word `i` from `expected` to `new`; the value it held."""
+    return atomic_cas(words, i, expected, new)
+
+
+__all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_max", "atomic_store", "cas_word", "cpu_nop", "cpu_pause",
+           "cpu_relax", "cycles", "cycles_per_second", "load_word", "spin_with_pause", "store_word"]

@@ -90,28 +90,25 @@ def precompile(modules=None) -> dict:
     kernels = kernels_of(mods)
     loaded = failed = 0
     for _, d in kernels:
-        have = set(d.signatures)
         for sig in cached_signatures(d):
-            if tuple(sig) in have:
-                continue
-            if _load(d, tuple(sig)):
-                loaded += 1
-            else:
-                failed += 1
+            got = _load(d, tuple(sig))
+            if got is not None:  # (None: it had it)
+                loaded += got
+                failed += not got
     return {"kernels": len(kernels), "signatures": loaded, "failed": failed,
             "seconds": round(time.perf_counter() - t0, 4)}
 
 
-def _load(d, sig: tuple) -> bool:
+def _load(d, sig: tuple) -> bool | None:
     """Load `sig` of dispatcher `d` from numba's cache, as ``Dispatcher.compile`` does
     on a cache hit (numba 0.6x), and never compile: False if the cache cannot serve it
-    here (an entry for another CPU, a stale one)."""
+    here (an entry for another CPU, a stale one); None if `d` had it already."""
     from numba.core.compiler_lock import global_compiler_lock
 
     try:
         with global_compiler_lock:
             if sig in d.overloads:
-                return True
+                return None
             cres = d._cache.load_overload(sig, d.targetctx)
             if cres is None:
                 return False

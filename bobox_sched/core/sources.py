@@ -32,6 +32,10 @@ from bobox_sched.core.packet import Packet
 from bobox_sched.control.punct import Marker, Punctuation
 
 _CLOSE = object()
+# How often a producer blocked on a full channel re-checks that its consumer's request is
+# still running (a cancelled request notifies nobody). Short enough that a producer
+# notices within a blink, long enough to cost nothing.
+_RECHECK_S = 0.05
 
 
 class _Failed:
@@ -41,10 +45,6 @@ class _Failed:
 
     def __init__(self, exc: BaseException):
         self.exc = exc
-# How often a producer blocked on a full channel re-checks that its consumer's request is
-# still running (a cancelled request notifies nobody). Short enough that a producer
-# notices within a blink, long enough to cost nothing.
-_RECHECK_S = 0.05
 
 
 class StreamChannel:
@@ -90,23 +90,20 @@ class StreamChannel:
 
     def close(self) -> None:
         """End of stream: the source closes its outputs once every item before was sent."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._items.append(_CLOSE)
-            consumer = self._consumer
-            self._cond.notify_all()
-        self._wake(consumer() if consumer is not None else None)
+        self._end(_CLOSE)
 
     def fail(self, exc: BaseException) -> None:
         """End of stream by an error: the source raises `exc` where the stream would have
         ended, failing its request (a cross-domain channel that cannot be read)."""
+        self._end(_Failed(exc))
+
+    def _end(self, last) -> None:
+        """Close with `last` as the final item (the first close or fail wins)."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
-            self._items.append(_Failed(exc))
+            self._items.append(last)
             consumer = self._consumer
             self._cond.notify_all()
         self._wake(consumer() if consumer is not None else None)

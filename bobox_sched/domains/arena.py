@@ -110,12 +110,8 @@ class SharedArena:
                 seg, k = self._carving
                 off = self._at
                 self._at += size
-            reserve(seg.name, off, size)
+        reserve(seg.name, off, size)  # outside the lock: its bytes are this block's alone
         return seg.array(np.uint8, off, size), (self.key, k, off)
-
-    @property
-    def bytes_mapped(self) -> int:
-        return sum(s.size for s in self.segments)
 
     def close(self) -> None:
         """Unlink every segment (the owner's, when its domain ends; idempotent)."""
@@ -126,8 +122,8 @@ class SharedArena:
 
 class Mapped:
     """Another process's arena segments, mapped here on first use (the consumer side of
-    a loan): ``address(key, k)`` is where segment `k` of arena `key` starts, and
-    ``segment`` keeps the mapping alive for whoever holds it. Mappings of an arena
+    a loan): ``get(key, k)`` gives segment `k` of arena `key` and the address where it
+    starts; the segment keeps the mapping alive for whoever holds it. Mappings of an arena
     whose process has ended are dropped when a new one is mapped (their pages stay
     mapped for the views that still hold them)."""
 
@@ -148,9 +144,9 @@ class Mapped:
         return s
 
     def _forget_ended(self) -> None:
-        from bobox_sched.domains.shm import _alive
+        from bobox_sched.domains.shm import _alive, _pid_of
 
-        for ident in [i for i in self._segs if not _alive(int(i[0].split("-", 1)[0]))]:
+        for ident in [i for i in self._segs if not _alive(_pid_of(segment_name(*i)))]:
             del self._segs[ident]
 
 

@@ -78,7 +78,7 @@ import weakref
 import numpy as np
 from numba import njit
 
-from bobox_sched.core.atomics import atomic_add, atomic_cas, atomic_load, atomic_store
+from bobox_sched.core.atomics import atomic_add, atomic_load, cas_word, load_word, store_word
 from bobox_sched.core.operator import StreamOperator
 from bobox_sched.core.sources import QueueSource, StreamChannel
 from bobox_sched.domains import loans
@@ -136,34 +136,15 @@ def ring_bell(bell: np.ndarray) -> None:
         _futex(bell.ctypes.data, _FUTEX_WAKE, 1)
 
 
-@njit(nogil=True, cache=True)
-def _claim(words, i, v):
-    """Compare-and-swap word i from 0 to v: True if it was 0."""
-    return atomic_cas(words, i, 0, v) == 0
-
-
 def close_reader(name: str) -> None:
     """The front, once every part of channel `name`'s request ended, before it unlinks
     it: a reader that never came never will (``loans.py``, case c: its producer frees
     its loans)."""
     try:
-        seg = Segment.attach(name)
+        m = _Mapped(name)
     except FileNotFoundError:
         return
-    ctl = seg.array(np.int64, offset=ring_bytes(SLOTS, WIDTH), count=8)
-    _claim(ctl, READER, -1)
-    del ctl
-    seg.close()
-
-
-@njit(nogil=True, cache=True)
-def _load(words, i):
-    return atomic_load(words, i)
-
-
-@njit(nogil=True, cache=True)
-def _store(words, i, v):
-    atomic_store(words, i, v)
+    cas_word(m.ctl, READER, 0, -1)
 
 
 _libc = None
@@ -228,7 +209,7 @@ class ChannelWriter:
     def _room(self) -> None:
         wait = 20e-6
         while len(self.m.ring) >= SLOTS:
-            if _load(self.m.ctl, 0):
+            if load_word(self.m.ctl, GONE):
                 raise ChannelGone("the receiving domain's request ended")
             if self.alive is not None and not self.alive():
                 raise ChannelGone("this request ended while its channel was full")
@@ -275,24 +256,25 @@ class ChannelWriter:
         book.reap()
         if not book.n_out:
             return
-        if _load(self.m.ctl, GONE):  # the consumer pops no more: what is still queued was never borrowed
+        if load_word(self.m.ctl, GONE):  # the consumer pops no more: what is still queued was never borrowed
             queued = len(self.m.ring)
             book.forget([int(self.at[j % SLOTS]) for j in range(self.pushed - queued, self.pushed)
                          if self.at[j % SLOTS] >= 0])
-        pid = int(_load(self.m.ctl, READER))
+        pid = int(load_word(self.m.ctl, READER))
         if book.n_out and (pid == -1 or (pid > 0 and not _alive(pid))):  # no reader came; its process ended
             book.forget(book.out[:book.n_out].tolist())
 
     def send(self, columns: dict, rows: int) -> None:
-        schema = [(k, np.asarray(v).dtype.str) for k, v in columns.items()]
-        for k, v in columns.items():
-            if np.asarray(v).dtype.hasobject:
+        arrays = {k: np.asarray(v) for k, v in columns.items()}
+        for k, v in arrays.items():
+            if v.dtype.hasobject:
                 raise TypeError(f"column {k!r} holds Python objects: it cannot cross domains")
+        schema = [(k, v.dtype.str) for k, v in arrays.items()]
         if schema != self.schema:
             self._blob(SCHEMA, schema)
             self.schema = schema
         self.book.reap()
-        cols = [np.asarray(columns[k]) for k, _ in schema]
+        cols = list(arrays.values())
         data = sum(c.nbytes for c in cols)
         if data >= loans.LEND_MIN_BYTES and self._lend(cols, rows):
             loans.tally(data, 0, 1, 0)
@@ -373,7 +355,7 @@ class _Reader:
         self.popped = 0
         self.dropped = False  # set by Receiver.drop (another thread): stop reading (a plain flag: no data)
         loans.warm()  # an _Ack's __del__ must find its kernel compiled (loans.py, "Borrowing")
-        if not _claim(self.m.ctl, READER, os.getpid()):  # before the first pop (loans.py, cases b, c)
+        if cas_word(self.m.ctl, READER, 0, os.getpid()) != 0:  # before the first pop (loans.py, cases b, c)
             self.dropped = True  # the request ended before its reader came: read nothing, and say so
             chan.fail(ChannelGone(f"channel {name}: its request ended before this part began reading"))
 
@@ -398,12 +380,14 @@ class _Reader:
             if kind == LOAN:
                 meta = slot[:int(d[2])].view(np.int64)
                 self.chan.put(loans.borrow(_arenas, self.arena, meta, self.schema, rows, self.m.loans, int(d[3])))
-            elif kind == SCHEMA:
-                self.schema = pickle.loads(slot[:int(d[2])].tobytes())
-            elif kind == ARENA:
-                self.arena = pickle.loads(slot[:int(d[2])].tobytes())
-            elif kind == PUNCT:
-                self.chan.put(pickle.loads(slot[:int(d[2])].tobytes()))
+            elif kind in (SCHEMA, ARENA, PUNCT):  # a pickled object in the slot
+                obj = pickle.loads(slot[:int(d[2])].tobytes())
+                if kind == SCHEMA:
+                    self.schema = obj
+                elif kind == ARENA:
+                    self.arena = obj
+                else:
+                    self.chan.put(obj)
             elif kind == DATA:
                 offs, _ = _layout(self.schema, rows)
                 cols = {}
@@ -471,7 +455,7 @@ class Receiver:
     def _run(self) -> None:
         bell = self.bell
         while True:
-            seen = _load(bell, 0)
+            seen = load_word(bell, 0)
             with self._lock:
                 readers = list(self._readers)
             moved, finished = 0, []
@@ -480,7 +464,7 @@ class Receiver:
                 if not done and rd.ended():
                     done = True
                 if done:
-                    _store(rd.m.ctl, GONE, 1)  # gone: a producer still waiting for room stops; no pop after this
+                    store_word(rd.m.ctl, GONE, 1)  # gone: a producer still waiting for room stops; no pop after this
                     finished.append(rd)
                 moved += n
             if finished:
@@ -488,10 +472,10 @@ class Receiver:
                     self._readers = [r for r in self._readers if r not in finished]
             if moved:
                 continue
-            _store(bell, 1, 1)  # asleep; then look once more (module doc)
-            if _load(bell, 0) == seen:
+            store_word(bell, 1, 1)  # asleep; then look once more (module doc)
+            if load_word(bell, 0) == seen:
                 _futex(bell.ctypes.data, _FUTEX_WAIT, int(np.int64(seen).astype(np.int32)), SLEEP_S)
-            _store(bell, 1, 0)
+            store_word(bell, 1, 0)
 
 
 _arenas = Mapped()  # the producers' arena segments mapped in this process (loans.py, "Borrowing")

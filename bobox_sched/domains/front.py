@@ -492,6 +492,8 @@ class DomainFront:
                 self._slots[d.slot] = None
             orphans = list(d.waiting)
             d.waiting.clear()
+            if not closing:  # it died: its arena goes at shutdown (_unlink_made)
+                self._dead_pids.append(d.pid)
             if closing:
                 lost += [j.h for j in orphans]
             else:  # not started: they move to another domain (module doc)
@@ -504,8 +506,6 @@ class DomainFront:
             others = [o for o in self._slots if o is not None]
         if not closing:  # it died: its results nobody will read go now; its packet arena at shutdown
             unlink_of(d.pid, "-result")  # (a loan of it may be queued for a live domain; _unlink_made)
-            with self._lock:
-                self._dead_pids.append(d.pid)
         err = None if closing else DomainDied(
             f"domain {d.slot} (pid {d.pid}, CPUs {cpu_ranges(d.cpus)}) died: {_ended(rc)}; its requests failed")
         for h in lost:
@@ -800,19 +800,13 @@ class DomainFront:
             return
         with self._lock:
             h._cancel_req = True
-            for o in self._slots:  # not started: it leaves the front's list, cancelled here
-                if o is not None:
-                    for j in o.waiting:
-                        if j.h is h:
-                            o.waiting.remove(j)
-                            break
-                    else:
-                        continue
-                    break
-            else:
-                o = None
+            # not started: it leaves the front's list, cancelled here
+            lists = [o.waiting for o in self._slots if o is not None]
+            where = next(((w, j) for w in lists for j in w if j.h is h), None)
+            if where is not None:
+                where[0].remove(where[1])
             d = self._slots[h.domain] if h.domain is not None else None
-        if o is not None:
+        if where is not None:
             if not h.future.done():
                 h.future.set_exception(_cancelled(h))
             return

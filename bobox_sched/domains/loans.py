@@ -63,7 +63,7 @@ from collections import deque
 import numpy as np
 from numba import njit
 
-from bobox_sched.core.atomics import atomic_add, atomic_load, atomic_store
+from bobox_sched.core.atomics import atomic_add, atomic_load, store_word
 from bobox_sched.core.packet import block_of
 
 LOANS = 1024  # loans a channel can have out at once: 1 GiB of 1 MiB packets
@@ -77,20 +77,15 @@ KEEP_S = 0.005  # the keeper's period while loans come back (doubling, up to IDL
 IDLE_S = 0.2  # ... and while it owns no loans
 # Counts of this process's channels (an int64 array, atomic adds): what crossed, and how.
 DATA_BYTES, COPIED_BYTES, LENT_PACKETS, COPIED_PACKETS = 0, 1, 2, 3
-counts = np.zeros(8, np.int64)
-
-
-@njit(nogil=True, cache=True)
-def _set(words, i, v):
-    atomic_store(words, i, v)
+counts = np.zeros(4, np.int64)
 
 
 @njit(nogil=True, cache=True)
 def _tally(c, data_bytes, copied_bytes, lent, copied):
-    atomic_add(c, 0, data_bytes)
-    atomic_add(c, 1, copied_bytes)
-    atomic_add(c, 2, lent)
-    atomic_add(c, 3, copied)
+    atomic_add(c, DATA_BYTES, data_bytes)
+    atomic_add(c, COPIED_BYTES, copied_bytes)
+    atomic_add(c, LENT_PACKETS, lent)
+    atomic_add(c, COPIED_PACKETS, copied)
 
 
 @njit(nogil=True, cache=True)
@@ -118,7 +113,7 @@ def warm() -> None:
     context: its ``__del__`` may run inside a lock, where compiling (numba's compiler
     lock, file I/O) must not happen. A loan word is a writable C-contiguous int64
     array, as `_scratch` is: the same signature."""
-    _set(_scratch, 0, 0)
+    store_word(_scratch, 0, 0)
 
 
 def tally(data_bytes: int, copied_bytes: int, lent: int, copied: int) -> None:
@@ -174,7 +169,7 @@ class LoanBook:
             return None
         i = self.free.pop()
         self.held[i] = columns
-        _set(self.words, i, 1)
+        store_word(self.words, i, 1)
         self.out[self.n_out] = i
         self.n_out += 1
         return i
@@ -193,7 +188,7 @@ class LoanBook:
     def forget(self, loans) -> None:
         """Loans nobody will give back (module doc, "Loans nobody will give back"): free."""
         for i in loans:
-            _set(self.words, int(i), 0)
+            store_word(self.words, int(i), 0)
         self.reap()
 
 
@@ -206,8 +201,8 @@ class _Ack:
         self.words = words
         self.i = i
 
-    def __del__(self, _set=_set):  # any thread, any moment (module doc): one atomic store, no lock
-        _set(self.words, self.i, 0)
+    def __del__(self, _store=store_word):  # any thread, any moment (module doc): one atomic store, no lock
+        _store(self.words, self.i, 0)
 
 
 class _Borrowed:

@@ -296,28 +296,18 @@ def main(fd: int) -> None:
         # the front unlinks them once every domain ended (front._join; arena.py).
 
 
-def _share_pools(sched) -> list:
+def _share_pools(sched) -> None:
     """Make the domain's packet pools take their blocks from shared arenas (one per node
     pool, ``arena.py``), so its packets can be lent to other domains (``loans.py``).
-    Before the first request: a pool's blocks all come from one place."""
-    from bobox_sched.domains.arena import MIN_SHM_ROOM, SharedArena
-    from bobox_sched.domains.shm import SHM_DIR
+    Before the first request: a pool's blocks all come from one place. An arena whose
+    /dev/shm lacks room (a container's 64 MiB) gives none, and the pool's blocks stay
+    private (``arena.MIN_SHM_ROOM``)."""
+    from bobox_sched.domains.arena import SharedArena
     from topology.memory import live_nodes
 
-    try:
-        st = os.statvfs(SHM_DIR)
-        room = st.f_bavail * st.f_frsize
-    except OSError:
-        room = 0
-    if room < MIN_SHM_ROOM:  # a small /dev/shm (a container's 64 MiB): private pools, packets copied across
-        return []
     live = set(live_nodes())
-    arenas = []
     for node, pool in sched.pools.items():
-        a = SharedArena(node if node in live and len(live) > 1 else None)
-        pool.block_source = a.alloc
-        arenas.append(a)
-    return arenas
+        pool.block_source = SharedArena(node if node in live and len(live) > 1 else None).alloc
 
 
 __all__ = ["BOOT", "boot_command", "main"]
