@@ -33,6 +33,19 @@ HybridQueue protocol (F7, line by line; the step machine of
   arrival order (H2). The quota is checked only between master entries: delegated
   units must be run by the active worker whatever its quota.
 * ``count[b]`` is an ``core.sync.AtomicCounter`` (Python has no fetch-and-add).
+* ``consume_batched`` (what the ordered stage runs) is the same protocol with the
+  running deferred: the active worker of b pops ``parts[b]``'s oldest unit as above but
+  keeps it in a *batch* (at most one unit per bucket: it holds b's activity until it
+  ran that unit), goes on popping master entries until it popped the last slice of an
+  input packet (``add(..., last=True)``: its master entry is ``b + p``), the quota, an
+  empty master queue or no credit, then runs the whole batch with one ``run_batch``
+  call (one kernel call for a packet's slices), and only then does F7:L14 for each
+  bucket of the batch: a bucket with delegated units gives its next unit to the next
+  batch, which it runs the same way until no bucket has any left. A first batch is in
+  master order; a batch of delegated units is sorted by the caller's key (the stage's:
+  a packet's slices together, in bucket order). Per bucket a unit
+  still runs only after the one before it returned (H1, H2 as above); the units of
+  one batch are of distinct buckets, so their order inside ``run_batch`` is free.
 
 PartitionedQueues: one FIFO per bucket and an ownership flag per bucket (try-lock). A
 worker scans the buckets from its own (``start``), takes a free one and runs its units
@@ -72,9 +85,11 @@ class HybridQueue:
         self.control = deque()  # control units, in master order
         self.delegated = 0  # statistics: entries handed to another bucket's active worker
 
-    def add(self, b: int, unit) -> None:
+    def add(self, b: int, unit, last: bool = False) -> None:
+        """`unit` of bucket `b`; `last`: the last slice of its input packet (a batch
+        boundary for ``consume_batched``)."""
         self.parts[b].append(unit)  # F7:L4
-        self.master.append(b)  # F7:L5
+        self.master.append(b + self.p if last else b)  # F7:L5
 
     def add_control(self, unit) -> None:
         self.control.append(unit)
@@ -107,6 +122,8 @@ class HybridQueue:
             if b < 0:
                 run(control.popleft(), -1)  # any worker runs a control unit
                 continue
+            if b >= self.p:
+                b -= self.p  # the last slice of its packet
             c = count[b]
             if c.fetch_add(1) == 0:  # F7:L10: we are b's active worker
                 q = parts[b]
@@ -117,6 +134,63 @@ class HybridQueue:
             else:
                 self.delegated += 1  # racy counter, statistics only
         return taken
+
+    def consume_batched(self, take_credit, give_credit, run, run_batch, quota: int, stop=None, order=None) -> int:
+        """F7:L8-15 with the units run in batches (module doc): ``run_batch(batch)`` runs
+        a list of (bucket, unit) of distinct buckets; ``run(unit, -1)`` a control unit;
+        `order`: the sort key of a batch of delegated units (None: bucket order of the
+        batch before). Returns the number of master entries taken."""
+        master = self.master
+        parts = self.parts
+        count = self.count
+        p = self.p
+        taken = 0
+        batch = []
+        while taken < quota:
+            if stop is not None and stop():
+                break
+            if not take_credit():
+                break
+            try:
+                b = master.popleft()  # F7:L9
+            except IndexError:
+                give_credit()
+                break
+            taken += 1
+            if b < 0:
+                if batch:  # the batch first: it holds its buckets
+                    self._run_batches(batch, run_batch, order)
+                    batch = []
+                run(self.control.popleft(), -1)  # any worker runs a control unit
+                continue
+            last = b >= p
+            if last:
+                b -= p
+            if count[b].fetch_add(1) == 0:  # F7:L10: we are b's active worker
+                batch.append((b, parts[b].popleft()))  # F7:L12; run below (F7:L13)
+            else:
+                self.delegated += 1  # racy counter, statistics only
+            if last and batch:
+                self._run_batches(batch, run_batch, order)
+                batch = []
+        if batch:
+            self._run_batches(batch, run_batch, order)
+        return taken
+
+    def _run_batches(self, batch: list, run_batch, order) -> None:
+        """Run `batch` (F7:L13), then F7:L14 per bucket: its delegated units, one per
+        bucket and batch, until none is left."""
+        count = self.count
+        parts = self.parts
+        while batch:
+            run_batch(batch)
+            nxt = []
+            for b, _ in batch:
+                if count[b].fetch_sub(1) > 1:  # F7:L14: a delegated unit of b is left
+                    nxt.append((b, parts[b].popleft()))
+            if order is not None and len(nxt) > 1:
+                nxt.sort(key=order)
+            batch = nxt
 
 
 class PartitionedQueues:
@@ -132,7 +206,7 @@ class PartitionedQueues:
         self.control = deque()
         self.control_owner = AtomicFlag()
 
-    def add(self, b: int, unit) -> None:
+    def add(self, b: int, unit, last: bool = False) -> None:
         self.parts[b].append(unit)
 
     def add_control(self, unit) -> None:
@@ -194,7 +268,7 @@ class SharedQueue:
         self.dq_lock = threading.Lock()
         self.bucket_lock = [threading.Lock() for _ in range(p)]
 
-    def add(self, b: int, unit) -> None:
+    def add(self, b: int, unit, last: bool = False) -> None:
         self.queue.append((b, unit))
 
     def add_control(self, unit) -> None:

@@ -31,7 +31,19 @@ Subclass :class:`PartitionedOperator` and write
   ``parent[i]`` is the index in `rows` of the row that caused output row i (None when
   output row i comes from row i, 1:1). Runs on the bucket's active worker only: touch
   nothing but `state`;
-* optionally ``on_end(ctx)`` (all buckets' states: ``self.bucket_states()``).
+* optionally ``on_end(ctx)`` (all buckets' states: ``self.bucket_states()``);
+* optionally ``on_slices(ctx, rows, spans, states, emit)``: several slices of one input
+  packet in one call, so that one kernel call can do them all (the Python cost of a
+  slice is paid per call, not per slice). `rows` is the packet with its rows gathered
+  in bucket order (arrival order inside a bucket), `spans` an int64 array of
+  (bucket, start, end) rows, one per slice, distinct buckets in bucket order: slice j is
+  ``rows[start:end]``, to be processed against ``states[j]``; ``emit(packet, parent)``
+  with ``parent[i]`` the index *in `rows`* of the row that caused output row i (None:
+  output row i comes from the i-th row of the spans' rows, 1:1). The default calls
+  ``on_slice`` per span; override it when a kernel can take every span at once
+  (``operators/stream/ordered_queries.py``: one kernel call per packet). The bucket
+  states a kernel needs can be found through ``bind_state(bucket, state)``, called
+  whenever bucket `bucket` gets a new state object (made or relocated).
 
 What it emits must depend only on each *key*'s rows, as the model's Partitioned(key)
 says, not on which keys share a bucket: then the output is the same for every p and
@@ -54,7 +66,11 @@ changed (the ordered policy calls ``state_for(bucket, node)``; one node: never).
 
 Kernels: bucket ids, the stable counting sort by bucket and the merge are numba
 ``nogil`` kernels or numpy calls that release the GIL; the Python cost is one step per
-bucket slice (spec A1: a packet of R rows over p buckets is min(R, p) slices).
+``on_slices`` call, plus a few dequeue steps per slice (spec A1: a packet of R rows over
+p buckets is min(R, p) slices). ``slice_group`` cuts a packet once into a
+:class:`SliceGroup` (the gathered rows, their ordinals, the spans); the ordered stage
+queues one unit per slice, all pointing at the group, and sends the group's merged
+output on when its last slice ran.
 """
 
 from __future__ import annotations
@@ -64,6 +80,7 @@ from numba import njit
 
 from bobox_sched.core.operator import StreamOperator
 from bobox_sched.core.packet import Packet
+from bobox_sched.core.sync import AtomicCounter
 from bobox_sched.control import model as _model
 
 ROW_ORDERS = ("exact", "packet")
@@ -154,54 +171,155 @@ def gather(pkt: Packet, order: np.ndarray) -> dict:
     return {name: np.take(col, order) for name, col in pkt.columns.items()}
 
 
-def merge_outputs(packets: list, ordinals: list, exact: bool):
-    """One packet from the outputs of one input packet's slices: stable-sorted by parent
-    ordinal (`exact`) or concatenated (in the given order). None when there are no rows."""
-    packets = [(p, o) for p, o in zip(packets, ordinals) if p.nrows]
+def merge_outputs(packets: list, keys: list):
+    """One packet from the outputs of one input packet's slices, stable-sorted by
+    `keys` (an int64 array per packet: the row's input ordinal under ``row_order =
+    "exact"``, its slice's position in bucket order under ``"packet"``). None when there
+    are no rows."""
+    packets = [(p, o) for p, o in zip(packets, keys) if p.nrows]
     if not packets:
         return None
     if len(packets) == 1:
         pkt, ords = packets[0]
-        if not exact or _is_sorted(ords):
+        if _is_sorted(ords):
             return pkt
     names = packets[0][0].names
     cols = {k: np.concatenate([p[k] for p, _ in packets]) for k in names}
-    if exact:
-        ords = np.concatenate([o for _, o in packets])
-        if not _is_sorted(ords):
-            perm = np.argsort(ords, kind="stable")
-            cols = {k: np.take(v, perm) for k, v in cols.items()}
+    ords = np.concatenate([o for _, o in packets])
+    if not _is_sorted(ords):
+        perm = np.argsort(ords, kind="stable")
+        cols = {k: np.take(v, perm) for k, v in cols.items()}
     n = len(next(iter(cols.values()))) if cols else 0
     return Packet(cols, n)
 
 
-class SliceCollector:
-    """The ``emit`` of one slice: keeps each output packet with the input-row ordinals
-    of its rows (``ordinals[parent]``)."""
+@njit(nogil=True, cache=True)
+def span_rows(spans):
+    """The row indices (in the gathered packet) of every span's rows, in span order."""
+    n = 0
+    for j in range(spans.shape[0]):
+        n += spans[j, 2] - spans[j, 1]
+    out = np.empty(n, np.int64)
+    m = 0
+    for j in range(spans.shape[0]):
+        for r in range(spans[j, 1], spans[j, 2]):
+            out[m] = r
+            m += 1
+    return out
 
-    __slots__ = ("ordinals", "rows", "packets", "ords")
 
-    def __init__(self, ordinals: np.ndarray, rows: int, packets: list, ords: list):
-        self.ordinals = ordinals
+@njit(nogil=True, cache=True)
+def _slice_keys(parent, starts, exact, order):
+    """Merge keys of output rows caused by gathered rows `parent`: the input ordinal
+    (`exact`) or the index of the span holding the row (`starts`: the group's span
+    starts, ascending)."""
+    n = parent.shape[0]
+    out = np.empty(n, np.int64)
+    if exact:
+        for i in range(n):
+            out[i] = order[parent[i]]
+        return out
+    m = starts.shape[0]
+    for i in range(n):
+        x = parent[i]
+        lo, hi = 0, m
+        while lo < hi:  # last start <= x
+            mid = (lo + hi) >> 1
+            if starts[mid] <= x:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo - 1
+    return out
+
+
+class SliceGroup:
+    """One input packet of a partitioned operator cut into its bucket slices.
+
+    Made by the single producer (``PartitionedOperator.slice_group``); then ``outs[j]``
+    is written only by the worker that ran slice j (inside ``on_slices``, before its
+    ``left.fetch_sub``), and read only by the worker whose ``fetch_sub`` brought
+    ``left`` to 0: the counter's lock orders the writes before that read."""
+
+    __slots__ = ("rows", "order", "spans", "starts", "buckets", "k", "node", "serial", "left", "outs", "t0")
+
+    def __init__(self, rows: Packet, order: np.ndarray, spans: np.ndarray):
         self.rows = rows
+        self.order = order
+        self.spans = spans
+        self.starts = np.ascontiguousarray(spans[:, 1])
+        self.buckets = spans[:, 0].tolist()
+        self.k = k = len(self.buckets)
+        self.node = rows.node
+        self.serial = 0
+        self.left = AtomicCounter(k)
+        self.outs = [None] * k
+        self.t0 = 0
+
+
+class SpanCollector:
+    """The ``emit`` of one ``on_slices`` call: keeps each output packet with the merge
+    keys of its rows (``_slice_keys``)."""
+
+    __slots__ = ("group", "spans", "exact", "packets", "keys", "_rows")
+
+    def __init__(self, group: SliceGroup, spans: np.ndarray, exact: bool, packets: list, keys: list):
+        self.group = group
+        self.spans = spans
+        self.exact = exact
         self.packets = packets
-        self.ords = ords
+        self.keys = keys
+        self._rows = None
+
+    def rows(self) -> np.ndarray:
+        """The gathered indices of the spans' rows (what parent=None means)."""
+        if self._rows is None:
+            self._rows = span_rows(self.spans)
+        return self._rows
 
     def __call__(self, packet, parent=None) -> None:
         if not isinstance(packet, Packet):
             raise TypeError(f"emit() takes a Packet, not {type(packet).__name__}")
         if parent is None:
-            if packet.nrows != self.rows:
-                raise ValueError(f"emit() of {packet.nrows} rows for a slice of {self.rows}: pass parent= "
+            parent = self.rows()
+            if packet.nrows != parent.shape[0]:
+                raise ValueError(f"emit() of {packet.nrows} rows for slices of {parent.shape[0]}: pass parent= "
                                  "(the input row of every output row)")
-            ords = self.ordinals
         else:
             parent = np.asarray(parent)
             if parent.shape != (packet.nrows,):
                 raise ValueError(f"emit(): parent has shape {parent.shape}, expected ({packet.nrows},)")
-            ords = np.take(self.ordinals, parent)
+            parent = parent.astype(np.int64, copy=False)
+        g = self.group
         self.packets.append(packet)
-        self.ords.append(ords)
+        self.keys.append(_slice_keys(parent, g.starts, self.exact, g.order))
+
+
+class _OneSpan:
+    """The ``emit`` the default ``on_slices`` hands to ``on_slice``: slice-local parents
+    (or none) become gathered row indices."""
+
+    __slots__ = ("emit", "start", "n")
+
+    def __init__(self, emit, start: int, n: int):
+        self.emit = emit
+        self.start = start
+        self.n = n
+
+    def __call__(self, packet, parent=None) -> None:
+        if not isinstance(packet, Packet):
+            raise TypeError(f"emit() takes a Packet, not {type(packet).__name__}")
+        if parent is None:
+            if packet.nrows != self.n:
+                raise ValueError(f"emit() of {packet.nrows} rows for a slice of {self.n}: pass parent= "
+                                 "(the input row of every output row)")
+            parent = np.arange(self.start, self.start + self.n, dtype=np.int64)
+        else:
+            parent = np.asarray(parent)
+            if parent.shape != (packet.nrows,):
+                raise ValueError(f"emit(): parent has shape {parent.shape}, expected ({packet.nrows},)")
+            parent = parent.astype(np.int64) + self.start
+        self.emit(packet, parent)
 
 
 # -- the operator ---------------------------------------------------------------------------
@@ -224,6 +342,18 @@ class PartitionedOperator(StreamOperator):
 
     def on_slice(self, ctx, rows: Packet, state, emit) -> None:
         raise NotImplementedError(f"{type(self).__name__}.on_slice")
+
+    def on_slices(self, ctx, rows: Packet, spans: np.ndarray, states: list, emit) -> None:
+        """Several slices of one packet (module doc); the default runs ``on_slice`` per span."""
+        cols = rows.columns
+        node = rows.node
+        for (_, s, e), st in zip(spans.tolist(), states):
+            self.on_slice(ctx, Packet({k: v[s:e] for k, v in cols.items()}, e - s, node), st, _OneSpan(emit, s, e - s))
+
+    def bind_state(self, bucket: int, state) -> None:
+        """Bucket `bucket`'s state object is now `state` (made or relocated). Default:
+        nothing; an operator whose ``on_slices`` kernel finds states by bucket keeps its
+        index here."""
 
     def relocate_state(self, state):
         """A copy of `state` made by the calling worker (so on its node). Default: numpy
@@ -302,20 +432,15 @@ class PartitionedOperator(StreamOperator):
             return hash_buckets(k.reshape(1, -1), p)
         return hash_buckets(np.stack([np.asarray(pkt[c]).astype(np.int64) for c in key]), p)
 
-    def split(self, pkt: Packet):
-        """[(bucket, slice packet, ordinals)] of the non-empty buckets, in bucket order."""
+    def slice_group(self, pkt: Packet) -> SliceGroup | None:
+        """`pkt` cut into its non-empty bucket slices (one gather), or None when it has no rows."""
         p = self._partitioning()[1]
         if pkt.nrows == 0:
-            return []
+            return None
         ids = self.bucket_ids(pkt)
         order, starts = bucket_order(ids, p)
-        cols = gather(pkt, order)
-        out = []
-        nz = np.flatnonzero(starts[1:] - starts[:-1])
-        for b in nz.tolist():
-            s, e = int(starts[b]), int(starts[b + 1])
-            out.append((b, Packet({k: v[s:e] for k, v in cols.items()}, e - s, pkt.node), order[s:e]))
-        return out
+        rows = Packet(gather(pkt, order), pkt.nrows, pkt.node)
+        return SliceGroup(rows, order, _spans(starts))
 
     def state_for(self, bucket: int, node=None):
         """Bucket `bucket`'s state, made on first use; moved (``relocate_state``) when the
@@ -326,9 +451,11 @@ class PartitionedOperator(StreamOperator):
         if st is None:
             st = self._bx_states[bucket] = self.new_state()
             self._bx_state_node[bucket] = node
+            self.bind_state(bucket, st)
         elif node is not None and self._bx_state_node[bucket] != node:
             st = self._bx_states[bucket] = self.relocate_state(st)
             self._bx_state_node[bucket] = node
+            self.bind_state(bucket, st)
         return st
 
     def bucket_states(self):
@@ -340,16 +467,38 @@ class PartitionedOperator(StreamOperator):
         return self.row_order or default
 
     def on_packet(self, ctx, port, pkt):
-        """One-thread path (``bobox``, ``simple``, the sequential reference): the slices
-        in bucket order, merged as under ``ordered``."""
-        exact = self.effective_row_order() == "exact"
-        packets, ords = [], []
+        """One-thread path (``bobox``, ``simple``, the sequential reference): every slice
+        in one ``on_slices`` call, merged as under ``ordered``."""
+        g = self.slice_group(pkt)
+        if g is None:
+            return
         node = ctx.node
-        for b, rows, ordinals in self.split(pkt):
-            self.on_slice(ctx, rows, self.state_for(b, node), SliceCollector(ordinals, rows.nrows, packets, ords))
-        merged = merge_outputs(packets, ords, exact)
+        states = [self.state_for(b, node) for b in g.buckets]
+        packets, keys = [], []
+        self.on_slices(ctx, g.rows, g.spans, states,
+                       SpanCollector(g, g.spans, self.effective_row_order() == "exact", packets, keys))
+        merged = merge_outputs(packets, keys)
         if merged is not None:
             ctx.send(self.outputs[0], merged)
+
+
+@njit(nogil=True, cache=True)
+def _spans(starts):
+    """(bucket, start, end) of every non-empty bucket, from ``bucket_order``'s starts."""
+    p = starts.shape[0] - 1
+    k = 0
+    for b in range(p):
+        if starts[b + 1] > starts[b]:
+            k += 1
+    out = np.empty((k, 3), np.int64)
+    j = 0
+    for b in range(p):
+        if starts[b + 1] > starts[b]:
+            out[j, 0] = b
+            out[j, 1] = starts[b]
+            out[j, 2] = starts[b + 1]
+            j += 1
+    return out
 
 
 __all__ = [
@@ -358,10 +507,12 @@ __all__ = [
     "PARTITIONERS",
     "PartitionedOperator",
     "ROW_ORDERS",
-    "SliceCollector",
+    "SliceGroup",
+    "SpanCollector",
     "bucket_order",
     "gather",
     "hash_buckets",
     "merge_outputs",
     "range_buckets",
+    "span_rows",
 ]

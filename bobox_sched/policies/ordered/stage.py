@@ -16,15 +16,26 @@ the egress sink). A stage owns:
   the next stage's worklist (``accept``) and whose drainer also ends the stage.
 
 Units (spec A1): one input packet of an SL/SF/sink stage, one non-empty bucket slice of
-an input packet of a PS stage (consecutive serials in bucket order), or one control item
-(a punctuation, an empty packet, end of stream). A PS stage's drainer keeps the outputs
-of a packet's slices until its last slice and emits them as one packet: with
-``row_order="exact"`` stable-sorted by input-row ordinal, so egress rows are in the
-order of a row-at-a-time single-threaded run; with ``"packet"`` concatenated in bucket
-order (no sort; order holds across packets and per key). One output packet per input
+an input packet of a PS stage, or one control item (a punctuation, an empty packet, end
+of stream). A PS stage cuts an input packet once into a ``partitioned.SliceGroup`` with
+one serial; its slices are units of the worklist that share the group and its serial.
+A worker runs the slices it holds at once with one ``on_slices`` call per group
+(``hybrid.HybridQueue.consume_batched``); the worker that runs a group's last slice
+merges the group's outputs into one packet and sends it to the reorder buffer under
+the group's serial: with ``row_order="exact"`` stable-sorted by input-row ordinal, so
+egress rows are in the order of a row-at-a-time single-threaded run; with ``"packet"``
+in bucket order (order holds across packets and per key). One output packet per input
 packet in both: the next operators see the chunking of the sequential run, so even an
 operator whose output depends on packet boundaries (a second partitioned one, in
 ``"packet"`` order) gives the sequential run's egress.
+
+Credits of a PS stage are taken per slice (per master entry) and given back when the
+slice ran, except the credit of a group's last slice, which the drainer gives back when
+``next`` moved past the group. Why that keeps a sent group's serial t below ``next +
+capacity``: when t is sent, every slice of t and so of every earlier group has been
+dequeued (master order), and every group between ``next`` and t still holds its last
+slice's credit; so there are at most ``capacity`` of them. A group waits for no credit
+of its own to finish, so any capacity >= 1 makes progress.
 
 Who touches what, when:
 
@@ -72,7 +83,7 @@ from bobox_sched.core.port import Port, register_waiter, take_waiters
 from bobox_sched.control import model as _model
 from bobox_sched.core.sync import FENCED, Credits, fence, serials
 from bobox_sched.policies.ordered.hybrid import HybridQueue, PartitionedQueues, make_queues
-from bobox_sched.policies.ordered.partitioned import PartitionedOperator, SliceCollector, merge_outputs
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator, SpanCollector, merge_outputs
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
 from bobox_sched.policies.ordered.reorder import make_reorder
 
@@ -99,14 +110,11 @@ class StampedMarker(Marker):
 class Out:
     """A unit's outputs in the reorder buffer (never EMPTY, even with no items: R8)."""
 
-    __slots__ = ("items", "pos", "ords", "last", "slice", "eos", "ended", "t0")
+    __slots__ = ("items", "pos", "eos", "ended", "t0")
 
     def __init__(self, items, t0: int):
         self.items = items
         self.pos = 0  # items[:pos] already sent (a drain stopped by a full receiver resumes here)
-        self.ords = None
-        self.last = True
-        self.slice = False
         self.eos = False
         self.ended = False
         self.t0 = t0
@@ -238,6 +246,10 @@ class Stage:
             self.exact = op.effective_row_order(row_order) == "exact"
             self.is_partitioned_queues = isinstance(self.queues, PartitionedQueues)
             self.is_hybrid = isinstance(self.queues, HybridQueue)
+            # Batches only for an operator with its own on_slices (one kernel call for
+            # many slices): the default runs on_slice per slice anyway, and a worker that
+            # holds a whole packet's buckets while it does would keep the others out.
+            self.batched = self.is_hybrid and type(op).on_slices is not PartitionedOperator.on_slices
             self.waiters: deque = deque()  # the upstream stage, waiting for room (as a Port's)
         else:
             self.scheme = None
@@ -245,7 +257,7 @@ class Stage:
             self.waiters = self.worklist.waiters
             self.cap = worklist_cap
             self.exact = False
-            self.is_partitioned_queues = self.is_hybrid = False
+            self.is_partitioned_queues = self.is_hybrid = self.batched = False
         # Whether dequeues take credits (so the drainer gives one back per unit sent): not
         # with window_full="spin", nor under PARTITIONED-QUEUE, whose workers test the
         # window itself (window_ok); a source always does (_consume_source).
@@ -268,8 +280,6 @@ class Stage:
         self.allotments = 0
         self.empty_allotments = 0
         # drainer-owned
-        self._gpk: list = []  # exact row order: outputs of the current packet's slices
-        self._god: list = []
         self.lat_ns = 0  # operator latency: processing start -> left the reorder buffer
         self.lat_n = 0
 
@@ -298,12 +308,13 @@ class Stage:
                 if len(q) >= self.cap:
                     return False
             if item.__class__ is Packet or isinstance(item, Packet):
-                if item.nrows:
-                    slices = self.op.split(item)
-                    last = len(slices) - 1
-                    serial = self.serial
-                    for k, (b, rows, ords) in enumerate(slices):
-                        q.add(b, (serial(), rows, ords, k == last))
+                g = self.op.slice_group(item) if item.nrows else None
+                if g is not None:
+                    g.serial = serial = self.serial()
+                    last = g.k - 1
+                    add = q.add
+                    for j, b in enumerate(g.buckets):
+                        add(b, (serial, g, j), j == last)
                 else:
                     q.add_control((self.serial(), _EMPTY_PKT, None, True))
             else:
@@ -358,8 +369,11 @@ class Stage:
             if self.worklist is not None:
                 item = self.worklist[0][1]
             elif self.is_hybrid:
-                b = self.queues.master[0]
-                item = self.queues.parts[b][0][1] if b >= 0 else None
+                q = self.queues
+                b = q.master[0]
+                if b >= q.p:
+                    b -= q.p  # a packet's last slice (HybridQueue.add)
+                item = q.parts[b][0][1] if b >= 0 else None  # a SliceGroup
             else:
                 return None
         except IndexError:
@@ -386,6 +400,9 @@ class Stage:
             take, give = self.credits.take, self.credits.give
         else:  # window_full="spin"
             take, give = _no_credit_needed, _no_credit
+        if self.batched:
+            return self.queues.consume_batched(take, give, run, self._batch_runner(ctx), quota, stop,
+                                               _serial_and_slice)
         if self.queues is not None:
             return self.queues.consume(take, give, run, quota, stop, ctx.worker.id)
         wl = self.worklist
@@ -408,30 +425,97 @@ class Stage:
 
         return run
 
-    def _run(self, ctx, unit, b: int) -> None:
-        """Process one unit and send its output to the reorder buffer."""
+    def _batch_runner(self, ctx):
+        def run_batch(batch, self=self, ctx=ctx):
+            self._run_slices(ctx, batch)
+
+        return run_batch
+
+    def _run_slices(self, ctx, batch: list) -> None:
+        """Run bucket slices: `batch` is a list of (bucket, unit) of distinct buckets; the
+        slices of one group (consecutive in `batch`) go to one ``on_slices`` call. The
+        caller is the active worker of each bucket (H1)."""
         if self.waiters:
             self._wake_up()
-        serial, item, ords, last = unit
+        op = self.op
+        node = ctx.worker.node_id
+        states_of = op._bx_states
+        state_node = op._bx_state_node
+        give = self.credits.give if self.uses_credits else None
+        ctx._out = None
+        n = len(batch)
+        i = 0
+        while i < n:
+            g = batch[i][1][1]
+            i0 = i
+            js = []
+            states = []
+            while i < n:
+                b, unit = batch[i]
+                if unit[1] is not g:
+                    break
+                js.append(unit[2])
+                st = states_of[b]  # fast path of state_for: made, and on this node
+                if st is None or state_node[b] != node:
+                    st = op.state_for(b, node)
+                states.append(st)
+                i += 1
+            m = i - i0
+            if g.t0 == 0:
+                g.t0 = _clock()  # racy: statistics only (operator latency)
+            spans = g.spans if m == g.k else g.spans[js]
+            pk: list = []
+            keys: list = []
+            op.on_slices(ctx, g.rows, spans, states, SpanCollector(g, spans, self.exact, pk, keys))
+            r = 0
+            for x in pk:
+                r += x.nrows
+            ctx.rout += r
+            ctx.rin += int((spans[:, 2] - spans[:, 1]).sum()) if m < g.k else g.rows.nrows
+            g.outs[js[0]] = (pk, keys)  # before the fetch_sub below publishes it (SliceGroup)
+            if give is not None:
+                for j in js:
+                    if j != g.k - 1:
+                        give()  # a slice's credit, once it ran (module doc); the last one's at advance
+            if g.left.fetch_sub(m) == m:
+                self._group_done(g)
+
+    def _group_done(self, g) -> None:
+        """Every slice of `g` ran: its merged output goes to the reorder buffer."""
+        pk: list = []
+        keys: list = []
+        for x in g.outs:
+            if x is not None:
+                pk.extend(x[0])
+                keys.extend(x[1])
+        g.outs = None
+        merged = merge_outputs(pk, keys)
+        o = Out([merged] if merged is not None else [], g.t0)
+        self._send(g.serial, o)
+
+    def _send(self, serial: int, o) -> None:
+        rb = self.reorder
+        if not rb.send(serial, o):
+            if not self.spin:
+                raise RuntimeError(f"ordered stage {self.name!r}: reorder window full with credits (bug)")
+            while not rb.send(serial, o):  # window_full="spin": retry as the paper does [L305]
+                if self.req.state is not self.req.ACTIVE:
+                    return
+                time.sleep(0)
+
+    def _run(self, ctx, unit, b: int) -> None:
+        """Process one unit and send its output to the reorder buffer."""
+        if b >= 0:
+            self._run_slices(ctx, [(b, unit)])
+            return
+        if self.waiters:
+            self._wake_up()
+        serial, item, _, _ = unit
         o = Out((), _clock())
         if item.__class__ is Packet or isinstance(item, Packet):
-            op = self.op
-            if b >= 0:
-                pk: list = []
-                od: list = []
-                ctx._out = None
-                st = op._bx_states[b]  # fast path of state_for: made, and on this node
-                if st is None or op._bx_state_node[b] != ctx.worker.node_id:
-                    st = op.state_for(b, ctx.worker.node_id)
-                op.on_slice(ctx, item, st, SliceCollector(ords, item.nrows, pk, od))
-                o.items = pk
-                o.ords = od
-                o.last = last
-                o.slice = True
-            else:
-                out = ctx._out = []
-                op.on_packet(ctx, self.port, item)
-                o.items = out
+            out = ctx._out = []
+            self.op.on_packet(ctx, self.port, item)
+            o.items = out
             ctx.rin += item.nrows
             r = 0
             for x in o.items:
@@ -444,14 +528,7 @@ class Stage:
             pass
         else:
             o.items = self._punct(ctx, item)
-        rb = self.reorder
-        if not rb.send(serial, o):
-            if not self.spin:
-                raise RuntimeError(f"ordered stage {self.name!r}: reorder window full with credits (bug)")
-            while not rb.send(serial, o):  # window_full="spin": retry as the paper does [L305]
-                if self.req.state is not self.req.ACTIVE:
-                    return
-                time.sleep(0)
+        self._send(serial, o)
 
     def _punct(self, ctx, p) -> list:
         """Outputs of a punctuation unit (task._runtime_punct's rules)."""
@@ -510,18 +587,6 @@ class Stage:
     def _emit(self, o) -> bool:
         """send_downstream(o): its items into the next worklist; False (o keeps its place)
         when that worklist is full. Runs in the exit section only."""
-        if o.slice:
-            if not o.ended:  # first visit: stash; the packet's last slice emits them all
-                o.ended = True
-                self._gpk.extend(o.items)
-                self._god.extend(o.ords)
-                if not o.last:
-                    o.items = ()
-                    return True
-                merged = merge_outputs(self._gpk, self._god, self.exact)
-                self._gpk = []
-                self._god = []
-                o.items = [merged] if merged is not None else []
         down = self.down
         while True:
             items = o.items
@@ -613,6 +678,13 @@ class Stage:
             "reorder_contended": self.reorder.contended, "reorder_wait_ms": self.reorder.wait_ns / 1e6,
             "delegated": getattr(self.queues, "delegated", None),
         }
+
+
+def _serial_and_slice(entry) -> tuple:
+    """Sort key of a batch entry (bucket, (serial, group, j)): the packet, then its slice
+    (``_run_slices`` takes a group's slices in bucket order)."""
+    u = entry[1]
+    return u[0], u[2]
 
 
 def _no_credit_needed() -> bool:
