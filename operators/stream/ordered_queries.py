@@ -17,8 +17,11 @@ Q     chain                                       what it computes
 ====  ==========================================  =======================================
 
 Every operator's per-row work is a numba ``nogil`` kernel over its packet or bucket
-slice; partitioned state lives in one hash table of numpy arrays per bucket
-(``ordered_table.Table``). Parameters follow the
+slices; partitioned state lives in one hash table of numpy arrays per bucket
+(``ordered_table.Table``). A partitioned operator's kernel takes every slice a worker
+holds of one packet in one call (``on_slices``), finding each bucket's table through
+the operator's ``ordered_table.Directory``: the Python cost is per call, not per slice
+(Q15's regression, 10 buckets of 5 sums each, keeps the per-slice ``on_slice``). Parameters follow the
 TPCx-BB reference queries (stores {10, 20, 33, 40, 50} and categories {1, 2, 3} in Q1,
 item 10001 in Q2 and Q3, store 10 in Q15), with thresholds lowered for synthetic data
 (Q1 keeps pairs seen >= 3 times in an hour). Q15 regresses net paid on the hour of
@@ -48,7 +51,8 @@ from bobox_sched.policies.ordered.partitioned import PartitionedOperator
 
 from operators.stream.ordered_gen import HOT_ITEM, MAX_BASKET, clickstream, store_sales
 from operators.stream.ordered_micro import DigestSink, Replay, burn, iterations_for
-from operators.stream.ordered_table import TOMB, Table, delete, upsert
+from bobox_sched.policies.ordered.partitioned import span_rows
+from operators.stream.ordered_table import TOMB, Directory, Table, delete, table_at, upsert
 
 QUERIES = ("q1", "q2", "q3", "q4", "q15")
 STREAM_OF = {"q1": "ss", "q2": "wc", "q3": "wc", "q4": "wc", "q15": "ss"}
@@ -101,9 +105,14 @@ class _SL(_Costly, StreamOperator):
 
 class _PS(_Costly, PartitionedOperator):
     """A partitioned operator whose bucket state is an ``ordered_table.Table`` with
-    `table_width` integer values per key (``slice`` does the work)."""
+    `table_width` integer values per key. ``kernel(*in_columns, directory, spans,
+    *params)`` does the work of every span in one call and returns the output columns
+    (``out_columns``) and the parent row of each output row (an index into the gathered
+    rows)."""
 
     table_width = 1
+    in_columns: tuple = ()
+    out_columns: tuple = ()
 
     def __init__(self, cost_us=0.2, partitions=None):
         self._set_cost(cost_us)
@@ -115,9 +124,22 @@ class _PS(_Costly, PartitionedOperator):
     def relocate_state(self, table):
         return table.copy()
 
-    def on_slice(self, ctx, rows, state, emit):
-        self._work(rows[self.work_col])
-        self.slice(rows, state, emit)
+    def states_reset(self, p):
+        self._tables = Directory(p)  # at submit, before any worker (PartitionedOperator.states_reset)
+
+    def params(self) -> tuple:
+        return ()
+
+    def on_slices(self, ctx, rows, spans, states, emit):
+        col = rows[self.work_col]
+        self._work(col if _covers(spans, rows.nrows) else np.take(col, span_rows(spans)))
+        d = self._tables
+        for j, t in enumerate(states):
+            if t.bound is None:  # new, relocated or copied: its row is written by us, its bucket's worker
+                d.bind(int(spans[j, 0]), t)
+        d.reserve(states, spans)
+        out = self.kernel(*[_i64(rows[c]) for c in self.in_columns], d.rows, spans, *self.params())
+        emit(Packet(dict(zip(self.out_columns, out[:-1]))), out[-1])
 
     def _send_by_key(self, ctx, rows_of, key: str, columns=None) -> None:
         """At the end of the stream: ``rows_of(table, live slots)`` (a column dict) of
@@ -126,6 +148,17 @@ class _PS(_Costly, PartitionedOperator):
         out = _by_key([rows_of(t, t.live_slots()) for _, t in self.bucket_states()], key)
         if out is not None:
             ctx.send("out", out if columns is None else Packet({c: out[c] for c in columns}))
+
+
+@njit(nogil=True, cache=True)
+def _covers(spans, n):
+    """Whether the spans cover rows 0..n-1 (every slice of the packet)."""
+    at = 0
+    for j in range(spans.shape[0]):
+        if spans[j, 1] != at:
+            return False
+        at = spans[j, 2]
+    return at == n
 
 
 # ---------------------------------------------------------------------------------------
@@ -149,17 +182,6 @@ def _room(o, m):
 
 
 @njit(nogil=True, cache=True)
-def _count_rows(keys, tk, ti, tf, meta):
-    """count[key] += 1 per row (the bucket's table); the new count of every row."""
-    out = np.empty(keys.shape[0], np.int64)
-    for i in range(keys.shape[0]):
-        s, _ = upsert(tk, ti, tf, meta, keys[i])
-        ti[s, 0] += 1
-        out[i] = ti[s, 0]
-    return out
-
-
-@njit(nogil=True, cache=True)
 def _top_k(counts, k):
     """The k (key, count) pairs of a dict with the largest counts (ties: smaller key)."""
     n = len(counts)
@@ -177,16 +199,36 @@ def _top_k(counts, k):
     return keys[order], vals[order]
 
 
+@njit(nogil=True, cache=True)
+def _item_counts(item, d, spans):
+    """count[item] += 1 per row of every span (its bucket's table): (item, new count, row)."""
+    n = 0
+    for j in range(spans.shape[0]):
+        n += spans[j, 2] - spans[j, 1]
+    out_item = np.empty(n, np.int64)
+    out_count = np.empty(n, np.int64)
+    parent = np.empty(n, np.int64)
+    m = 0
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        for i in range(spans[j, 1], spans[j, 2]):
+            s, _ = upsert(tk, ti, tf, meta, item[i])
+            ti[s, 0] += 1
+            out_item[m] = item[i]
+            out_count[m] = ti[s, 0]
+            parent[m] = i
+            m += 1
+    return out_item, out_count, parent
+
+
 class ItemCounts(_PS):
     """PS by item: a running count per item; emits (item, count) for every row (Q2, Q3)."""
 
     state = M.Partitioned("item")
     work_col = "item"
-
-    def slice(self, rows, table, emit):
-        item = _i64(rows["item"])
-        table.reserve(len(item))
-        emit(Packet({"item": item, "count": _count_rows(item, *table.arrays())}, len(item)))
+    in_columns = ("item",)
+    out_columns = ("item", "count")
+    kernel = staticmethod(_item_counts)
 
 
 @njit(nogil=True, cache=True)
@@ -236,15 +278,27 @@ class Q1Filter(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q1_baskets(ticket, item, ts, tk, ti, tf, meta):
+def _q1_baskets(ticket, item, ts, d, spans):
     """Per ticket (a row of the table: [hour, n, items...]), the items seen so far; a new
     item of a ticket pairs with each earlier, different item: (min, max, the ticket's
-    hour), caused by the new item's row. Per key only: independent of the bucketing."""
-    n = ticket.shape[0]
+    hour), caused by the new item's row. Per key only: independent of the bucketing.
+    A bucket's table keeping over 4096 tickets first forgets those of hours before the
+    slice's first hour minus one (``_forget_before``)."""
     o = _outputs(4)  # rows: a, b, hour, parent row
     m = 0
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        lo = spans[j, 1]
+        if meta[1] > 4096:
+            _forget_before(tk, ti, meta, ts[lo] // 3600 - 1)
+        o, m = _q1_basket_rows(ticket, item, ts, tk, ti, tf, meta, lo, spans[j, 2], o, m)
+    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
+
+
+@njit(nogil=True, cache=True)
+def _q1_basket_rows(ticket, item, ts, tk, ti, tf, meta, lo, hi, o, m):
     cap = ti.shape[1] - 2
-    for i in range(n):
+    for i in range(lo, hi):
         s, new = upsert(tk, ti, tf, meta, ticket[i])
         if new:
             ti[s, 0] = ts[i] // 3600
@@ -268,7 +322,7 @@ def _q1_baskets(ticket, item, ts, tk, ti, tf, meta):
         if k < cap:
             ti[s, 2 + k] = x
             ti[s, 1] = k + 1
-    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
+    return o, m
 
 
 @njit(nogil=True, cache=True)
@@ -286,25 +340,27 @@ class Q1Baskets(_PS):
     state = M.Partitioned("ticket")
     work_col = "item"
     table_width = 2 + MAX_BASKET
-
-    def slice(self, rows, table, emit):
-        ts = _i64(rows["ts"])
-        if len(table) > 4096:
-            _forget_before(table.keys, table.ivals, table.meta, ts[0] // 3600 - 1)
-        table.reserve(len(ts))
-        a, b, h, parent = _q1_baskets(_i64(rows["ticket"]), _i64(rows["item"]), ts, *table.arrays())
-        emit(Packet({"a": a, "b": b, "hour": h}, len(a)), parent)
+    in_columns = ("ticket", "item", "ts")
+    out_columns = ("a", "b", "hour")
+    kernel = staticmethod(_q1_baskets)
 
 
 @njit(nogil=True, cache=True)
-def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
+def _q1_pairs(a, b, hour, d, spans, min_count):
     """Count per pair ([hour, count]) in its current hour; a row of a later hour for that
     pair first emits (pair, hour, count) if the count reached `min_count` (caused by that
     row)."""
-    n = a.shape[0]
     o = _outputs(4)  # rows: pair, hour, count, parent row
     m = 0
-    for i in range(n):
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        o, m = _q1_pair_rows(a, b, hour, tk, ti, tf, meta, spans[j, 1], spans[j, 2], min_count, o, m)
+    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
+
+
+@njit(nogil=True, cache=True)
+def _q1_pair_rows(a, b, hour, tk, ti, tf, meta, lo, hi, min_count, o, m):
+    for i in range(lo, hi):
         k = (a[i] << 21) | b[i]
         s, new = upsert(tk, ti, tf, meta, k)
         if new:
@@ -321,7 +377,7 @@ def _q1_pairs(a, b, hour, tk, ti, tf, meta, min_count):
             ti[s, 0] = hour[i]
             ti[s, 1] = 0
         ti[s, 1] += 1
-    return o[0, :m], o[1, :m], o[2, :m], o[3, :m]
+    return o, m
 
 
 class Q1PairCounts(_PS):
@@ -331,16 +387,16 @@ class Q1PairCounts(_PS):
     state = M.Partitioned("a", "b")
     work_col = "a"
     table_width = 2
+    in_columns = ("a", "b", "hour")
+    out_columns = ("pair", "hour", "count")
+    kernel = staticmethod(_q1_pairs)
 
     def __init__(self, cost_us=0.2, partitions=None, min_count=Q1_MIN_COUNT):
         super().__init__(cost_us, partitions)
         self.min_count = min_count
 
-    def slice(self, rows, table, emit):
-        a = _i64(rows["a"])
-        table.reserve(len(a))
-        pair, h, c, parent = _q1_pairs(a, _i64(rows["b"]), _i64(rows["hour"]), *table.arrays(), self.min_count)
-        emit(Packet({"pair": pair, "hour": h, "count": c}, len(pair)), parent)
+    def params(self):
+        return (self.min_count,)
 
     def on_end(self, ctx):
         def rows_of(t, s):
@@ -406,15 +462,22 @@ class Q2Clean(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
+def _q2_sessions(user, item, ts, d, spans, timeout):
     """Sessionize by user ([last ts, session number, n, items...]): a click more than
     `timeout` s after the user's last one closes the session: (session id, item) for its
     items, caused by that click. A session keeps its first SESSION_ITEMS items."""
-    n = user.shape[0]
     o = _outputs(3)  # rows: session, item, parent row
     m = 0
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        o, m = _q2_session_rows(user, item, ts, tk, ti, tf, meta, spans[j, 1], spans[j, 2], timeout, o, m)
+    return o[0, :m], o[1, :m], o[2, :m]
+
+
+@njit(nogil=True, cache=True)
+def _q2_session_rows(user, item, ts, tk, ti, tf, meta, lo, hi, timeout, o, m):
     cap = ti.shape[1] - 3
-    for i in range(n):
+    for i in range(lo, hi):
         u = user[i]
         s, new = upsert(tk, ti, tf, meta, u)
         if not new and ts[i] - ti[s, 0] > timeout:
@@ -432,7 +495,7 @@ def _q2_sessions(user, item, ts, tk, ti, tf, meta, timeout):
             ti[s, 3 + k] = item[i]
             ti[s, 2] = k + 1
         ti[s, 0] = ts[i]
-    return o[0, :m], o[1, :m], o[2, :m]
+    return o, m
 
 
 SESSION_ITEMS = 64
@@ -444,12 +507,12 @@ class Q2Sessions(_PS):
     state = M.Partitioned("user")
     work_col = "item"
     table_width = 3 + SESSION_ITEMS
+    in_columns = ("user", "item", "ts")
+    out_columns = ("session", "item")
+    kernel = staticmethod(_q2_sessions)
 
-    def slice(self, rows, table, emit):
-        user = _i64(rows["user"])
-        table.reserve(len(user))
-        sid, it, parent = _q2_sessions(user, _i64(rows["item"]), _i64(rows["ts"]), *table.arrays(), SESSION_TIMEOUT)
-        emit(Packet({"session": sid, "item": it}, len(sid)), parent)
+    def params(self):
+        return (SESSION_TIMEOUT,)
 
     def on_end(self, ctx):
         sids, items = [], []
@@ -506,14 +569,22 @@ class Q3Project(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q3_views(user, ts, item, sales, cat, tk, ti, tf, meta, hot, window, c1, c2):
+def _q3_views(user, ts, item, sales, cat, d, spans, hot, window, c1, c2):
     """Last 5 views per user (a ring: [n, items x5, ts x5, categories x5]); a purchase of
     `hot` emits the viewed items of categories c1/c2 from the last `window` seconds,
     newest first."""
-    n = user.shape[0]
     o = _outputs(2)  # rows: item, parent row
     m = 0
-    for i in range(n):
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        o, m = _q3_view_rows(user, ts, item, sales, cat, tk, ti, tf, meta, spans[j, 1], spans[j, 2], hot, window,
+                             c1, c2, o, m)
+    return o[0, :m], o[1, :m]
+
+
+@njit(nogil=True, cache=True)
+def _q3_view_rows(user, ts, item, sales, cat, tk, ti, tf, meta, lo, hi, hot, window, c1, c2, o, m):
+    for i in range(lo, hi):
         s, _ = upsert(tk, ti, tf, meta, user[i])
         k = ti[s, 0]
         if sales[i] < 0:
@@ -530,21 +601,19 @@ def _q3_views(user, ts, item, sales, cat, tk, ti, tf, meta, hot, window, c1, c2)
                     o[0, m] = ti[s, 1 + j]
                     o[1, m] = i
                     m += 1
-    return o[0, :m], o[1, :m]
+    return o, m
 
 
 class Q3LastViews(_PS):
     state = M.Partitioned("user")
     work_col = "item"
     table_width = 16
+    in_columns = ("user", "ts", "item", "sales", "category")
+    out_columns = ("item",)
+    kernel = staticmethod(_q3_views)
 
-    def slice(self, rows, table, emit):
-        user = _i64(rows["user"])
-        table.reserve(len(user))
-        it, parent = _q3_views(user, _i64(rows["ts"]), _i64(rows["item"]), _i64(rows["sales"]),
-                               _i64(rows["category"]), *table.arrays(), HOT_ITEM, Q3_WINDOW, Q3_CATEGORIES[0],
-                               Q3_CATEGORIES[1])
-        emit(Packet({"item": it}, len(it)), parent)
+    def params(self):
+        return (HOT_ITEM, Q3_WINDOW, Q3_CATEGORIES[0], Q3_CATEGORIES[1])
 
 
 # ---------------------------------------------------------------------------------------
@@ -568,14 +637,21 @@ class Q4Clicks(_SL):
 
 
 @njit(nogil=True, cache=True)
-def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
+def _q4_sessions(user, ts, ptype, d, spans, timeout):
     """Sessionize by user ([last ts, pages, last dynamic ts, last order ts]); a closed
     session emits (abandoned, pages): abandoned when its last dynamic (add-to-cart) click
     came after its last order click."""
-    n = user.shape[0]
     o = _outputs(3)  # rows: abandoned, pages, parent row
     m = 0
-    for i in range(n):
+    for j in range(spans.shape[0]):
+        tk, ti, tf, meta = table_at(d, spans[j, 0])
+        o, m = _q4_session_rows(user, ts, ptype, tk, ti, tf, meta, spans[j, 1], spans[j, 2], timeout, o, m)
+    return o[0, :m], o[1, :m], o[2, :m]
+
+
+@njit(nogil=True, cache=True)
+def _q4_session_rows(user, ts, ptype, tk, ti, tf, meta, lo, hi, timeout, o, m):
+    for i in range(lo, hi):
         s, new = upsert(tk, ti, tf, meta, user[i])
         if new:
             ti[s, 2] = -1
@@ -595,19 +671,19 @@ def _q4_sessions(user, ts, ptype, tk, ti, tf, meta, timeout):
         elif ptype[i] == 2:
             ti[s, 3] = ts[i]
         ti[s, 0] = ts[i]
-    return o[0, :m], o[1, :m], o[2, :m]
+    return o, m
 
 
 class Q4Sessions(_PS):
     state = M.Partitioned("user")
     work_col = "ts"
     table_width = 4
+    in_columns = ("user", "ts", "ptype")
+    out_columns = ("abandoned", "pages")
+    kernel = staticmethod(_q4_sessions)
 
-    def slice(self, rows, table, emit):
-        user = _i64(rows["user"])
-        table.reserve(len(user))
-        ab, pg, parent = _q4_sessions(user, _i64(rows["ts"]), _i64(rows["ptype"]), *table.arrays(), SESSION_TIMEOUT)
-        emit(Packet({"abandoned": ab, "pages": pg}, len(ab)), parent)
+    def params(self):
+        return (SESSION_TIMEOUT,)
 
     def on_end(self, ctx):
         def rows_of(t, s):  # sorted by user, sent without it
@@ -718,7 +794,14 @@ class Q15Regression(_PS):
     def new_state(self):
         return np.zeros((10, 5))
 
-    def slice(self, rows, sums, emit):
+    def relocate_state(self, sums):
+        return sums.copy()
+
+    states_reset = PartitionedOperator.states_reset
+    on_slices = PartitionedOperator.on_slices  # 10 buckets: one on_slice each
+
+    def on_slice(self, ctx, rows, sums, emit):
+        self._work(rows[self.work_col])
         c, s, parent = _q15_regression(_i64(rows["category"]), rows["x"], rows["y"], rows["xy"], rows["xx"], sums)
         emit(Packet({"category": c, "slope": s}, len(c)), parent)
 

@@ -41,9 +41,9 @@ Subclass :class:`PartitionedOperator` and write
   with ``parent[i]`` the index *in `rows`* of the row that caused output row i (None:
   output row i comes from the i-th row of the spans' rows, 1:1). The default calls
   ``on_slice`` per span; override it when a kernel can take every span at once
-  (``operators/stream/ordered_queries.py``: one kernel call per packet). The bucket
-  states a kernel needs can be found through ``bind_state(bucket, state)``, called
-  whenever bucket `bucket` gets a new state object (made or relocated).
+  (``operators/stream/ordered_queries.py``: one kernel call per packet; it finds the
+  states' arrays through an index made in ``states_reset(p)``, which runs at submit,
+  before any worker).
 
 What it emits must depend only on each *key*'s rows, as the model's Partitioned(key)
 says, not on which keys share a bucket: then the output is the same for every p and
@@ -350,10 +350,10 @@ class PartitionedOperator(StreamOperator):
         for (_, s, e), st in zip(spans.tolist(), states):
             self.on_slice(ctx, Packet({k: v[s:e] for k, v in cols.items()}, e - s, node), st, _OneSpan(emit, s, e - s))
 
-    def bind_state(self, bucket: int, state) -> None:
-        """Bucket `bucket`'s state object is now `state` (made or relocated). Default:
-        nothing; an operator whose ``on_slices`` kernel finds states by bucket keeps its
-        index here."""
+    def states_reset(self, p: int) -> None:
+        """The `p` bucket states are made anew (all None): at submit, before any worker
+        runs the operator (``resolve_partitions``). Default: nothing; an operator that
+        keeps an index of its states makes it here, never lazily from two workers at once."""
 
     def relocate_state(self, state):
         """A copy of `state` made by the calling worker (so on its node). Default: numpy
@@ -404,6 +404,7 @@ class PartitionedOperator(StreamOperator):
             self._bx_part = part
             self._bx_states = [None] * p
             self._bx_state_node = [None] * p
+            self.states_reset(p)
         return part
 
     def resolve_partitions(self, workers: int) -> int:
@@ -451,11 +452,9 @@ class PartitionedOperator(StreamOperator):
         if st is None:
             st = self._bx_states[bucket] = self.new_state()
             self._bx_state_node[bucket] = node
-            self.bind_state(bucket, st)
         elif node is not None and self._bx_state_node[bucket] != node:
             st = self._bx_states[bucket] = self.relocate_state(st)
             self._bx_state_node[bucket] = node
-            self.bind_state(bucket, st)
         return st
 
     def bucket_states(self):
