@@ -137,7 +137,7 @@ class _PS(_Costly, PartitionedOperator):
         for j, t in enumerate(states):
             if t.bound is None:  # new, relocated or copied: its row is written by us, its bucket's worker
                 d.bind(int(spans[j, 0]), t)
-        d.reserve(states, spans)
+        d.reserve(spans)
         out = self.kernel(*[_i64(rows[c]) for c in self.in_columns], d.rows, spans, *self.params())
         emit(Packet(dict(zip(self.out_columns, out[:-1]))), out[-1])
 

@@ -142,20 +142,22 @@ class Directory:
     """Where every bucket's :class:`Table` lives, for kernels over many buckets (module
     doc): ``rows`` is int64 [p, 7]."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "tables")
 
     def __init__(self, p: int):
         self.rows = np.zeros((p, 7), np.int64)
+        self.tables = [None] * p  # slot b: written with row b, by b's active worker
 
     def bind(self, b: int, table: "Table") -> None:
         """Bucket `b`'s table is `table` (called by b's active worker)."""
+        self.tables[b] = table
         table.bound = (self.rows, b)
         table._publish()
 
-    def reserve(self, tables: list, spans: np.ndarray) -> None:
-        """``reserve`` the tables (aligned with `spans`) that are short of room."""
+    def reserve(self, spans: np.ndarray) -> None:
+        """``reserve`` room for the spans' rows in the tables of their buckets that are short of it."""
         for j in short_of_room(self.rows, spans).tolist():
-            tables[j].reserve(int(spans[j, 2] - spans[j, 1]))
+            self.tables[int(spans[j, 0])].reserve(int(spans[j, 2] - spans[j, 1]))
 
 
 class Table:

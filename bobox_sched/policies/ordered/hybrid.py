@@ -37,8 +37,8 @@ HybridQueue protocol (F7, line by line; the step machine of
   running deferred: the active worker of b pops ``parts[b]``'s oldest unit as above but
   keeps it in a *batch* (at most one unit per bucket: it holds b's activity until it
   ran that unit), goes on popping master entries until it popped the last slice of an
-  input packet (``add(..., last=True)``: its master entry is ``b + p``), the quota, an
-  empty master queue or no credit, then runs the whole batch with one ``run_batch``
+  input packet (``add(..., last=True)``: its master entry is ``b + p``), ``batch_max``
+  units, the quota, an empty master queue or no credit, then runs the whole batch with one ``run_batch``
   call (one kernel call for a packet's slices), and only then does F7:L14 for each
   bucket of the batch: a bucket with delegated units gives its next unit to the next
   batch, which it runs the same way until no bucket has any left. A first batch is in
@@ -135,7 +135,8 @@ class HybridQueue:
                 self.delegated += 1  # racy counter, statistics only
         return taken
 
-    def consume_batched(self, take_credit, give_credit, run, run_batch, quota: int, stop=None, order=None) -> int:
+    def consume_batched(self, take_credit, give_credit, run, run_batch, quota: int, stop=None, order=None,
+                        batch_max: int = 1 << 30) -> int:
         """F7:L8-15 with the units run in batches (module doc): ``run_batch(batch)`` runs
         a list of (bucket, unit) of distinct buckets; ``run(unit, -1)`` a control unit;
         `order`: the sort key of a batch of delegated units (None: bucket order of the
@@ -170,7 +171,7 @@ class HybridQueue:
                 batch.append((b, parts[b].popleft()))  # F7:L12; run below (F7:L13)
             else:
                 self.delegated += 1  # racy counter, statistics only
-            if last and batch:
+            if batch and (last or len(batch) >= batch_max):
                 self._run_batches(batch, run_batch, order)
                 batch = []
         if batch:
