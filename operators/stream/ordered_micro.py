@@ -59,6 +59,21 @@ def burn(x, iters):
     return out
 
 
+@njit(nogil=True, cache=True)
+def burn_spans(x, spans, iters):
+    """``burn`` for the rows of every span (bucket, start, end) of `x` (any numeric dtype)."""
+    n = 0
+    for j in range(spans.shape[0]):
+        n += spans[j, 2] - spans[j, 1]
+    out = np.empty(n)
+    m = 0
+    for j in range(spans.shape[0]):
+        for i in range(spans[j, 1], spans[j, 2]):
+            out[m] = _iterate(np.float64(x[i]), iters)
+            m += 1
+    return out
+
+
 _NS_PER_ITER = None
 
 
@@ -268,5 +283,6 @@ class DigestSink(Sink):
         ctx.set_result({"rows": self.rows, "digest": d.hexdigest()})
 
 
-__all__ = ["COST_MODES", "Cost", "DigestSink", "ParamPartitioned", "ParamStateless", "Replay", "burn", "iterations_for",
+__all__ = ["COST_MODES", "Cost", "DigestSink", "ParamPartitioned", "ParamStateless", "Replay", "burn", "burn_spans",
+           "iterations_for",
            "ns_per_iteration"]

@@ -50,8 +50,8 @@ from bobox_sched.control import model as M
 from bobox_sched.policies.ordered.partitioned import PartitionedOperator
 
 from operators.stream.ordered_gen import HOT_ITEM, MAX_BASKET, clickstream, store_sales
-from operators.stream.ordered_micro import DigestSink, Replay, burn, iterations_for
-from bobox_sched.policies.ordered.partitioned import span_rows
+from operators.stream.ordered_micro import DigestSink, Replay, burn, burn_spans, iterations_for
+from bobox_sched.policies.ordered.partitioned import span_total
 from operators.stream.ordered_table import TOMB, Directory, Table, delete, table_at, upsert
 
 QUERIES = ("q1", "q2", "q3", "q4", "q15")
@@ -131,8 +131,10 @@ class _PS(_Costly, PartitionedOperator):
         return ()
 
     def on_slices(self, ctx, rows, spans, states, emit):
-        col = rows[self.work_col]
-        self._work(col if _covers(spans, rows.nrows) else np.take(col, span_rows(spans)))
+        if self._iters:
+            burn_spans(rows[self.work_col], spans, self._iters)
+        elif self.cost_mode == "sleep" and self.cost_us > 0:
+            time.sleep(span_total(spans) * self.cost_us * 1e-6)
         d = self._tables
         for j, t in enumerate(states):
             if t.bound is None:  # new, relocated or copied: its row is written by us, its bucket's worker
@@ -148,17 +150,6 @@ class _PS(_Costly, PartitionedOperator):
         out = _by_key([rows_of(t, t.live_slots()) for _, t in self.bucket_states()], key)
         if out is not None:
             ctx.send("out", out if columns is None else Packet({c: out[c] for c in columns}))
-
-
-@njit(nogil=True, cache=True)
-def _covers(spans, n):
-    """Whether the spans cover rows 0..n-1 (every slice of the packet)."""
-    at = 0
-    for j in range(spans.shape[0]):
-        if spans[j, 1] != at:
-            return False
-        at = spans[j, 2]
-    return at == n
 
 
 # ---------------------------------------------------------------------------------------

@@ -194,6 +194,15 @@ def merge_outputs(packets: list, keys: list):
 
 
 @njit(nogil=True, cache=True)
+def span_total(spans):
+    """Rows in the spans (bucket, start, end)."""
+    n = 0
+    for j in range(spans.shape[0]):
+        n += spans[j, 2] - spans[j, 1]
+    return n
+
+
+@njit(nogil=True, cache=True)
 def span_rows(spans):
     """The row indices (in the gathered packet) of every span's rows, in span order."""
     n = 0
@@ -514,4 +523,5 @@ __all__ = [
     "merge_outputs",
     "range_buckets",
     "span_rows",
+    "span_total",
 ]

@@ -83,7 +83,7 @@ from bobox_sched.core.port import Port, register_waiter, take_waiters
 from bobox_sched.control import model as _model
 from bobox_sched.core.sync import FENCED, Credits, fence, serials
 from bobox_sched.policies.ordered.hybrid import HybridQueue, PartitionedQueues, make_queues
-from bobox_sched.policies.ordered.partitioned import PartitionedOperator, SpanCollector, merge_outputs
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator, SpanCollector, merge_outputs, span_total
 from bobox_sched.control.punct import RUNTIME_ONLY, Marker, Punctuation
 from bobox_sched.policies.ordered.reorder import make_reorder
 
@@ -479,7 +479,7 @@ class Stage:
             for x in pk:
                 r += x.nrows
             ctx.rout += r
-            ctx.rin += int((spans[:, 2] - spans[:, 1]).sum()) if m < g.k else g.rows.nrows
+            ctx.rin += span_total(spans) if m < g.k else g.rows.nrows
             g.outs[js[0]] = (pk, keys)  # before the fetch_sub below publishes it (SliceGroup)
             if give is not None:
                 for j in js:
