@@ -23,8 +23,9 @@ before any worker runs (``PartitionedOperator.states_reset``, at submit); row b 
 written (``Directory.bind``, and by ``Table.reserve`` of a bound table when it rebuilds)
 only by bucket b's active worker, before that worker's kernels read it, and only rows
 of tables just checked bound are read. A row stays valid as long as its table's arrays
-live: the table holds them until its next rebuild, which rewrites the row first, and
-the operator's bucket states keep the tables alive. A copied or pickled table comes
+live: the table holds them until its next rebuild, which rewrites the row before any
+kernel reads it (the rebuild runs on the row's one reader, in Python), and the
+operator's bucket states keep the tables alive. A copied or pickled table comes
 back unbound (its arrays moved), so it is bound again before its first use.
 """
 

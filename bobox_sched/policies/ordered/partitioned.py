@@ -295,10 +295,7 @@ class SpanCollector:
                 raise ValueError(f"emit() of {packet.nrows} rows for slices of {parent.shape[0]}: pass parent= "
                                  "(the input row of every output row)")
         else:
-            parent = np.asarray(parent)
-            if parent.shape != (packet.nrows,):
-                raise ValueError(f"emit(): parent has shape {parent.shape}, expected ({packet.nrows},)")
-            parent = parent.astype(np.int64, copy=False)
+            parent = _checked_parent(parent, packet.nrows, self.group.rows.nrows)
         g = self.group
         self.packets.append(packet)
         self.keys.append(_slice_keys(parent, g.starts, self.exact, g.order))
@@ -324,11 +321,21 @@ class _OneSpan:
                                  "(the input row of every output row)")
             parent = np.arange(self.start, self.start + self.n, dtype=np.int64)
         else:
-            parent = np.asarray(parent)
-            if parent.shape != (packet.nrows,):
-                raise ValueError(f"emit(): parent has shape {parent.shape}, expected ({packet.nrows},)")
-            parent = parent.astype(np.int64) + self.start
+            parent = _checked_parent(parent, packet.nrows, self.n) + self.start
         self.emit(packet, parent)
+
+
+def _checked_parent(parent, nrows: int, n: int) -> np.ndarray:
+    """`parent` as int64 indices, checked: one per output row, each in 0..n-1."""
+    parent = np.asarray(parent)
+    if parent.shape != (nrows,):
+        raise ValueError(f"emit(): parent has shape {parent.shape}, expected ({nrows},)")
+    if parent.dtype.kind not in "iu":
+        raise TypeError(f"emit(): parent must hold integer row indices, not {parent.dtype}")
+    parent = parent.astype(np.int64, copy=False)
+    if nrows and (int(parent.min()) < 0 or int(parent.max()) >= n):
+        raise IndexError(f"emit(): parent indices must be in 0..{n - 1}, got {int(parent.min())}..{int(parent.max())}")
+    return parent
 
 
 # -- the operator ---------------------------------------------------------------------------

@@ -257,7 +257,11 @@ class Stage:
             # Batches only for an operator with its own on_slices (one kernel call for
             # many slices): the default runs on_slice per slice anyway, and a worker that
             # holds a whole packet's buckets while it does would keep the others out.
-            self.batched = self.is_hybrid and type(op).on_slices is not PartitionedOperator.on_slices
+            # Not with window_full="spin": a batch's buckets stay held until the whole
+            # batch ran, and a spinning send inside it could wait for a group that needs
+            # one of them (a livelock; the per-unit path frees each bucket as it goes).
+            self.batched = (self.is_hybrid and not self.spin
+                            and type(op).on_slices is not PartitionedOperator.on_slices)
             self.waiters: deque = deque()  # the upstream stage, waiting for room (as a Port's)
         else:
             self.scheme = None
@@ -482,9 +486,17 @@ class Stage:
             ctx.rin += span_total(spans) if m < g.k else g.rows.nrows
             g.outs[js[0]] = (pk, keys)  # before the fetch_sub below publishes it (SliceGroup)
             if give is not None:
+                gave = False
                 for j in js:
                     if j != g.k - 1:
                         give()  # a slice's credit, once it ran (module doc); the last one's at advance
+                        gave = True
+                if gave:
+                    pol = self.policy
+                    if FENCED:
+                        fence()  # publish the credits, then look at idle (policy.py: sleep/wake)
+                    if pol.idle:
+                        pol.wake_one(self)
             if g.left.fetch_sub(m) == m:
                 self._group_done(g)
 
