@@ -102,38 +102,14 @@ class HybridQueue:
         return bool(self.master)
 
     def consume(self, take_credit, give_credit, run, quota: int, stop=None, start: int = 0) -> int:
-        """F7:L8-15; returns the number of master entries taken."""
-        master = self.master
-        parts = self.parts
-        count = self.count
-        control = self.control
-        taken = 0
-        while taken < quota:
-            if stop is not None and stop():
-                break
-            if not take_credit():
-                break
-            try:
-                b = master.popleft()  # F7:L9
-            except IndexError:
-                give_credit()
-                break
-            taken += 1
-            if b < 0:
-                run(control.popleft(), -1)  # any worker runs a control unit
-                continue
-            if b >= self.p:
-                b -= self.p  # the last slice of its packet
-            c = count[b]
-            if c.fetch_add(1) == 0:  # F7:L10: we are b's active worker
-                q = parts[b]
-                while True:
-                    run(q.popleft(), b)  # F7:L12-13
-                    if c.fetch_sub(1) <= 1:  # F7:L14: no delegated units left
-                        break
-            else:
-                self.delegated += 1  # racy counter, statistics only
-        return taken
+        """F7:L8-15, each unit run on its own as it is taken (``consume_batched`` with
+        batches of one: the same steps); returns the number of master entries taken."""
+
+        def run_one(batch):
+            b, unit = batch[0]
+            run(unit, b)  # F7:L13
+
+        return self.consume_batched(take_credit, give_credit, run, run_one, quota, stop, None, 1)
 
     def consume_batched(self, take_credit, give_credit, run, run_batch, quota: int, stop=None, order=None,
                         batch_max: int = 1 << 30) -> int:
