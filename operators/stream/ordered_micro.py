@@ -27,7 +27,7 @@ from numba import njit
 from bobox_sched import Sink, Source, StreamOperator
 from bobox_sched.core.packet import Packet
 from bobox_sched.control import model as M
-from bobox_sched.policies.ordered.partitioned import PartitionedOperator
+from bobox_sched.policies.ordered.partitioned import PartitionedOperator, span_total
 from bobox_sched.control.punct import Marker
 
 from operators.stream.ordered_table import Table, upsert
@@ -62,10 +62,7 @@ def burn(x, iters):
 @njit(nogil=True, cache=True)
 def burn_spans(x, spans, iters):
     """``burn`` for the rows of every span (bucket, start, end) of `x` (any numeric dtype)."""
-    n = 0
-    for j in range(spans.shape[0]):
-        n += spans[j, 2] - spans[j, 1]
-    out = np.empty(n)
+    out = np.empty(span_total(spans))
     m = 0
     for j in range(spans.shape[0]):
         for i in range(spans[j, 1], spans[j, 2]):

@@ -193,9 +193,7 @@ def _top_k(counts, k):
 @njit(nogil=True, cache=True)
 def _item_counts(item, d, spans):
     """count[item] += 1 per row of every span (its bucket's table): (item, new count, row)."""
-    n = 0
-    for j in range(spans.shape[0]):
-        n += spans[j, 2] - spans[j, 1]
+    n = span_total(spans)
     out_item = np.empty(n, np.int64)
     out_count = np.empty(n, np.int64)
     parent = np.empty(n, np.int64)
@@ -784,9 +782,6 @@ class Q15Regression(_PS):
 
     def new_state(self):
         return np.zeros((10, 5))
-
-    def relocate_state(self, sums):
-        return sums.copy()
 
     states_reset = PartitionedOperator.states_reset
     on_slices = PartitionedOperator.on_slices  # 10 buckets: one on_slice each

@@ -205,10 +205,7 @@ def span_total(spans):
 @njit(nogil=True, cache=True)
 def span_rows(spans):
     """The row indices (in the gathered packet) of every span's rows, in span order."""
-    n = 0
-    for j in range(spans.shape[0]):
-        n += spans[j, 2] - spans[j, 1]
-    out = np.empty(n, np.int64)
+    out = np.empty(span_total(spans), np.int64)
     m = 0
     for j in range(spans.shape[0]):
         for r in range(spans[j, 1], spans[j, 2]):
