@@ -69,7 +69,9 @@ def _every_mode_and_stealing(*rows):
         for row in reversed(rows):
             for mode in reversed(MODES):
                 for steal in (True, False):
-                    fn = example(**row, mode=mode, steal=steal, policy="bobox", virtual=True, single=0)(fn)
+                    for pipe in (True, False):
+                        fn = example(**row, mode=mode, steal=steal, policy="bobox", virtual=True, single=0,
+                                     pipeline=pipe)(fn)
         return fn
     return deco
 
@@ -78,7 +80,7 @@ def _every_mode_and_stealing(*rows):
        interval=st.sampled_from([1, 2, 7, 500]), T=st.integers(1, 8), mode=st.sampled_from(MODES),
        steal=st.booleans(), n=st.integers(1, 150), seed=st.integers(0, 2**31), cycles=st.booleans(),
        constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans(),
-       single=st.sampled_from([0, 40, 10**9]))
+       single=st.sampled_from([0, 40, 10**9]), pipeline=st.booleans())
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @_every_mode_and_stealing(
     # many keys, very hot ones, small batches, most executors, SL-style cycles, constraints
@@ -88,12 +90,12 @@ def _every_mode_and_stealing(*rows):
     # 14 aborts; with SL-style cycles on one record nearly every condition fails)
     dict(nkeys=1, theta=0.0, interval=2, T=8, n=150, seed=0, cycles=False, constrained=True))
 def test_tstream_is_serially_equivalent(nkeys, theta, interval, T, mode, steal, n, seed, cycles, constrained,
-                                        policy, virtual, single):
+                                        policy, virtual, single, pipeline):
     """`single`: batches of at most that many operations run in one task (0: none, 40:
-    some, 10**9: all)."""
+    some, 10**9: all); `pipeline`: instances compute batch k+1 during k's state access."""
     store = make_store(nkeys, constrained, seed)
     ev = make_events(n, nkeys, theta, seed, cycles=cycles)
-    cfg = TxnConfig(store, T, interval=interval, numa_mode=mode, work_stealing=steal)
+    cfg = TxnConfig(store, T, interval=interval, numa_mode=mode, work_stealing=steal, pipeline=pipeline)
     coord.Group.single_task_ops = single
     try:
         _check(store, ev, cfg, policy=policy, topology=_vtopo() if virtual else None)
@@ -509,7 +511,8 @@ def test_condition_rejection_is_all_or_none(cc):
 # -- 4. punctuations -----------------------------------------------------------------------------
 
 
-def test_punctuation_orders_batches(monkeypatch):
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_punctuation_orders_batches(monkeypatch, pipeline):
     log = []
     orig_start, orig_finish, orig_post = coord.Group._start_batch, coord.Group._finish, None
     from bobox_sched.txn.operator import TransactionalOperator as TO
@@ -525,9 +528,9 @@ def test_punctuation_orders_batches(monkeypatch):
         orig_finish(self)
         log.append(("finish", b))
 
-    def post(self, ctx, st_):
-        log.append(("post", st_.batch, self.executor))
-        orig_post(self, ctx, st_)
+    def post(self, ctx, st_, a):
+        log.append(("post", a.batch, self.executor))
+        orig_post(self, ctx, st_, a)
 
     monkeypatch.setattr(coord.Group, "_start_batch", start)
     monkeypatch.setattr(coord.Group, "_finish", finish)
@@ -535,7 +538,7 @@ def test_punctuation_orders_batches(monkeypatch):
     store = make_store(30, False, 2)
     ev = make_events(500, 30, 0.8, 2)
     T = 3
-    _check(store, ev, TxnConfig(store, T, interval=20))
+    _check(store, ev, TxnConfig(store, T, interval=20, pipeline=pipeline))
     batches = max(e[1] for e in log if e[0] == "start") + 1
     for k in range(batches):
         i_start = log.index(("start", k))
@@ -548,12 +551,14 @@ def test_punctuation_orders_batches(monkeypatch):
 
 
 @pytest.mark.parametrize("controller", [False, True])
-def test_next_batch_is_dealt_after_every_post(monkeypatch, controller):
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_next_batch_is_dealt_after_every_post(monkeypatch, controller, pipeline):
     # The dealer's gate opens for batch k+1 only once every instance post-processed
     # batch k (Group.gate_on_posts): under the GIL, dealing and computing k+1 beside
     # the posts of k only made those posts wait. Executor 0's posts are slowed down
     # (a sleep: the GIL is free meanwhile), so that a gate opening at barrier 2 lets the
-    # other worker deal the next batch before they end.
+    # other worker deal the next batch before they end. Pipelined, the gate is one batch
+    # further: k+2 after every post of k.
     import time
 
     from bobox_sched.txn import progress
@@ -562,10 +567,10 @@ def test_next_batch_is_dealt_after_every_post(monkeypatch, controller):
     log = []
     orig_post, orig_posted, orig_gated = TO._post_dual, coord.Group.posted, progress._Dealer._gated
 
-    def post(self, ctx, st_):
+    def post(self, ctx, st_, a):
         if self.executor == 0:
             time.sleep(0.002)
-        orig_post(self, ctx, st_)
+        orig_post(self, ctx, st_, a)
 
     def posted(self, batch):
         log.append(("post", batch))  # before the gate may open
@@ -583,13 +588,69 @@ def test_next_batch_is_dealt_after_every_post(monkeypatch, controller):
     store = make_store(30, False, 2)
     ev = make_events(600, 30, 0.8, 2)
     T = 3
-    _check(store, ev, TxnConfig(store, T, interval=20), controller=controller, packet_rows=7)
+    _check(store, ev, TxnConfig(store, T, interval=20, pipeline=pipeline), controller=controller, packet_rows=7)
     batches = max(e[1] for e in log if e[0] == "deal") + 1
     assert batches == 10
-    for k in range(batches - 1):
+    ahead = 2 if pipeline else 1
+    for k in range(batches - ahead):
         posts = [i for i, e in enumerate(log) if e == ("post", k)]
         assert len(posts) == T
-        assert max(posts) < min(i for i, e in enumerate(log) if e == ("deal", k + 1)), f"batch {k + 1} dealt early"
+        assert max(posts) < min(i for i, e in enumerate(log) if e == ("deal", k + ahead)), \
+            f"batch {k + ahead} dealt early"
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_pipelined_instances_compute_the_next_batch_during_state_access(monkeypatch, pipeline):
+    # With pipeline=True an instance registers batch k+1's operations while batch k is in
+    # state access (its pool tasks are slowed down by a sleep, which frees the GIL and the
+    # worker's time for the instances); without it, never. Either way equal to the oracle.
+    import time
+
+    from bobox_sched.txn.operator import TransactionalOperator as TO
+
+    log = []
+    lock = threading.Lock()
+    orig_run, orig_start, orig_finish, orig_pre = (coord.Group._run_task, coord.Group._start_batch,
+                                                    coord.Group._finish, TO.pre_process)
+
+    def run_task(self, task, worker):
+        time.sleep(0.003)
+        orig_run(self, task, worker)
+
+    def start(self):
+        with lock:
+            log.append(("start", self.batch))
+        orig_start(self)
+
+    def finish(self):
+        with lock:
+            log.append(("finish", self.batch))
+        orig_finish(self)
+
+    def pre(self, packet):
+        if self._tx is not None:  # None: the oracle's run
+            with lock:
+                log.append(("compute", self._tx.batch))
+        return orig_pre(self, packet)
+
+    monkeypatch.setattr(coord.Group, "_run_task", run_task)
+    monkeypatch.setattr(coord.Group, "_start_batch", start)
+    monkeypatch.setattr(coord.Group, "_finish", finish)
+    monkeypatch.setattr(TO, "pre_process", pre)
+    store = make_store(30, False, 2)
+    ev = make_events(400, 30, 0.8, 2)
+    _check(store, ev, TxnConfig(store, 2, interval=20, pipeline=pipeline), packet_rows=5)
+    overlapped = 0
+    in_sa = None  # the batch in state access
+    for kind, b in log:
+        if kind == "start":
+            in_sa = b
+        elif kind == "finish":
+            in_sa = None
+        elif in_sa is not None:
+            assert b == in_sa + 1, f"batch {b} computed during batch {in_sa}'s state access"
+            overlapped += 1
+    assert (overlapped > 0) == pipeline, overlapped
 
 
 class _Feed(Source):

@@ -52,6 +52,10 @@ class TxnConfig:
                    partition p (``baselines.pat_sequence``); required for cc="pat"
     spin_us        how long a baseline's wait spins before it returns "blocked" (default:
                    1 ms if every executor can have a worker thread, else 50 us)
+    pipeline       dual mode only: instances compute batch k+1 (pre-process, register)
+                   while batch k is in state access (default); False: the paper's
+                   form, no new input from a punctuation until the batch's results are
+                   post-processed (spec 2, steps 4 and 8)
     name           names the group (several groups may share a request)
     kernel_wrap    a function applied to the kernel module before use (default: none),
                    e.g. ``operators.released.timed_namespace`` so that time in the nogil
@@ -69,6 +73,7 @@ class TxnConfig:
     pat_partitions: int | None = None
     pat_seq: np.ndarray | None = None
     spin_us: float | None = None
+    pipeline: bool = False
     name: str = "txn"
     kernel_wrap: Callable | None = None
 
@@ -86,6 +91,8 @@ class TxnConfig:
         if self.dual_mode != (self.cc == "tstream"):
             raise ValueError("dual_mode=True goes with cc='tstream' (the baselines are coarse-grained: "
                              "dual_mode=False)")
+        if not isinstance(self.pipeline, bool):
+            raise ValueError(f"pipeline must be True or False, got {self.pipeline!r}")
         if self.numa_mode not in NUMA_MODES:
             raise ValueError(f"numa_mode must be one of {', '.join(NUMA_MODES)}, got {self.numa_mode!r}")
         if self.pat_partitions is None:

@@ -8,9 +8,12 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    are stashed in the instance (``operator.py``).
 2. **Barrier 1, without waiting.** An instance that takes a ``Batch`` punctuation (or
    reaches its end of stream) partitions its operations by chain pool (a nogil counting
-   sort), *arrives* (``arrive``) and returns: it takes no more input (its input buffer
-   fills and back-pressure stops its upstream), and it never blocks its worker. The
-   last instance to arrive starts state-access mode (``_start_batch``).
+   sort), hands the batch over (``operator._Arrival``), *arrives* (``arrive``) and
+   returns: it never blocks its worker. In the paper's form it computes nothing more
+   until its post-processing; with ``TxnConfig.pipeline`` it goes on with the next
+   batch's packets in its second buffer, up to that batch's punctuation (``operator.py``;
+   the dealer runs one batch further ahead: ``LOOKAHEAD_PIPELINED``). The last instance
+   to arrive starts state-access mode (``_start_batch``).
 3. **Round 0: append, then sort.** One task per pool (``Policy.push_on``: the pool's
    worker, or node) gathers the pool's operations from every instance and sorts them by
    (record, ts, seq): each record's run is its operation chain (``build_pool``). When
@@ -46,10 +49,13 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
 
 Protocol (who touches what, when):
 
-* An instance's buffers and stash: only the thread running the instance, except that
-  from its arrival until its post-processing the batch's tasks read its partitioned
-  operations (it runs no compute meanwhile: ``waiting``).
-* ``Group._lock`` guards ``arrivals`` (a Passage), ``phase``, ``batch``, ``done_batch``,
+* An instance's buffers and stash: only the thread running the instance. What it hands
+  over at arrival (an ``_Arrival``: the batch's buffer, partitioned operations and
+  stash) it no longer writes until it has read the batch's results; the batch's tasks
+  read it meanwhile. ``_arrived`` (executor -> its _Arrival of the current batch) is
+  written under ``_lock`` at arrival and taken by ``_finish``: no instance arrives at
+  batch b+1 before it post-processed b, which needs ``done_batch`` = b, stored after.
+* ``Group._lock`` guards ``arrivals`` (a Passage), ``_arrived``, ``phase``, ``batch``, ``done_batch``,
   ``open_batch``, ``_posts``, ``gate_waiters``, ``outstanding`` and the round's
   tallies. It is taken twice per instance per batch (arrival, end of its
   post-processing) and once per task per round -- never per packet or per operation.
@@ -58,7 +64,7 @@ Protocol (who touches what, when):
   sends the reader to the locked path (``gate``) or to wait for the schedule that
   ``_finish`` does after writing it (an instance at barrier 2). A fresh value is a
   message: an instance that sees ``done_batch`` reach its batch goes on to read its
-  ``results[b]``, stored before. So the writer fences between the results and the
+  ``_Arrival.results``, stored before. So the writer fences between the results and the
   store of ``done_batch``/``open_batch``, and the reader between its load and what it
   reads next (``core.sync.fence``: nothing under the GIL; the argument for a
   free-threaded build is in sync's module doc).
@@ -117,6 +123,11 @@ COMPUTE, BUILD, ROUNDS = "compute", "build", "rounds"
 # 0.75 vs 1.72 (an uncommitted driver over operators.txn.run_once, both settings
 # alternating in one process).
 LOOKAHEAD = 1
+# With ``TxnConfig.pipeline``: the batch in state access (or being post-processed) and
+# the next one, which the instances compute meanwhile in their second buffers
+# (operator.py). Not more: an instance arrives at batch k+1 only after post-processing
+# batch k, so a third batch could only wait in its inbox.
+LOOKAHEAD_PIPELINED = 2
 # A batch walked by one task keeps the GIL in its kernels up to this many operations:
 # nothing runs beside that task, and a release hands the GIL to whichever thread polls
 # meanwhile. Measured on 2 workers (TP and SL take the one-task path there: 2000 and
@@ -224,6 +235,10 @@ class Group:
         self.final = False
         self.punct_ts = None
         self.gate_waiters: list = []
+        # executor -> its _Arrival of the current batch (written under _lock at arrival;
+        # read by _start_batch and taken by _finish, alone: module doc)
+        self._arrived: dict = {}
+        self.lookahead = LOOKAHEAD_PIPELINED if cfg.pipeline else LOOKAHEAD
         self._cap = 0
         self.B = None
         self.fused = False
@@ -278,9 +293,10 @@ class Group:
                 raise ValueError(f"two instances claim executor {executor} of group {self.cfg.name!r}")
             self.insts[executor] = inst
 
-    def arrive(self, executor: int, final: bool, punct_ts) -> None:
+    def arrive(self, executor: int, final: bool, punct_ts, arrival) -> None:
         """Barrier 1 (step 2 of the module doc): the instance registered everything of
-        this batch and waits -- without blocking -- for its results."""
+        this batch, handed it over (`arrival`, ``operator._Arrival``) and waits --
+        without blocking -- for its results."""
         with self._lock:
             if self.phase != COMPUTE:
                 raise RuntimeError(f"instance {executor} arrived while the group is in {self.phase} mode")
@@ -290,7 +306,11 @@ class Group:
                 elif self.punct_ts != punct_ts:
                     raise ValueError(f"batch {self.batch}: executors got punctuations with different timestamps "
                                      f"({self.punct_ts} and {punct_ts})")
+            if arrival.batch != self.batch:
+                raise RuntimeError(f"instance {executor} arrived for batch {arrival.batch} while the group is at "
+                                   f"batch {self.batch}")
             last = self.arrivals.pass_(executor, final)
+            self._arrived[executor] = arrival
             if last:
                 self.phase = BUILD
                 self.final = self.arrivals.all_ended
@@ -302,13 +322,13 @@ class Group:
         beyond the last finished one (finished: post-processed by every instance, with
         ``gate_on_posts``; else past barrier 2); otherwise `op` (the dealer) is
         scheduled again when that batch finishes."""
-        ok = batch <= self.open_batch + LOOKAHEAD
+        ok = batch <= self.open_batch + self.lookahead
         if FENCED:
             fence()  # the unlocked read before what the dealer does next (module doc)
         if ok:
             return True
         with self._lock:
-            if batch <= self.open_batch + LOOKAHEAD:
+            if batch <= self.open_batch + self.lookahead:
                 return True
             if op not in self.gate_waiters:
                 self.gate_waiters.append(op)
@@ -318,10 +338,11 @@ class Group:
     def _start_batch(self) -> None:
         t0 = self._t_batch = time.perf_counter()
         K, T, P = self.K, self.T, self.P
-        insts = self.insts
-        # Only what instances registered for *this* batch: one that ended in an earlier
-        # batch keeps arriving, empty, and may still be post-processing (resetting) its
-        # buffers of that batch right now.
+        # Only what instances handed over for *this* batch (an instance that ended in an
+        # earlier batch passes every later barrier without arriving; with pipelining the
+        # others already register the next batch, in their other buffers).
+        arrived = self._arrived
+        insts = [arrived.get(e) for e in range(T)]
         # Python work here is O(instances) list steps plus a fixed number of numpy calls:
         # it runs once per batch with the GIL held.
         b = self.batch
@@ -331,7 +352,7 @@ class Group:
         local = True
         with_ops = []
         for e, i in enumerate(insts):
-            if i.arrived_at != b:
+            if i is None:
                 continue
             buf = i.buf
             ntx_l[e], nsl_l[e], ncs_l[e], nops_l[e] = buf.ntx, buf.nslots, buf.nc, buf.n
@@ -364,8 +385,9 @@ class Group:
         if ncond:
             cond_off = np.empty(NTX + 1, np.int64)
             cinst = np.array([0, *accumulate(ncs_l)], np.int64)
-            kernel_for(K, "build_conds", ncond)(np.concatenate([i.buf.cb[:k] for i, k in zip(insts, ncs_l)]),
-                                                np.concatenate([i.buf.cf[:k] for i, k in zip(insts, ncs_l)]), cinst,
+            with_c = [(i, k) for i, k in zip(insts, ncs_l) if k]
+            kernel_for(K, "build_conds", ncond)(np.concatenate([i.buf.cb[:k] for i, k in with_c]),
+                                                np.concatenate([i.buf.cf[:k] for i, k in with_c]), cinst,
                                                 txn_base, NTX, cond_off, conds, c_param)
         else:
             cond_off = np.zeros(NTX + 1, np.int64)
@@ -535,14 +557,12 @@ class Group:
         self.B = None
         self._build_args = None
         st["batches"] += 1
-        # Each instance still in this batch gets its results (an instance that reached its
-        # end in an earlier batch may not have post-processed that one yet: keyed by batch).
+        # Each instance that handed this batch over gets its results.
         b = self.batch
-        posts = 0
-        for inst in self.insts:
-            if inst.batch == b and not inst.done:
-                inst.results[b] = self.results
-                posts += 1
+        arrived, self._arrived = self._arrived, {}
+        for a in arrived.values():
+            a.results = self.results
+        posts = len(arrived)
         if FENCED:
             fence()  # the results before done_batch, which instances read unlocked (module doc)
         with self._lock:

@@ -19,12 +19,28 @@ fed by a progress controller (``progress.py``): events carry a ``ts`` column and
 a ``{column: array}`` dict or None; it is sent on ``out``.
 
 Dual mode (``cc="tstream"``): packets are pre-processed and their operations registered
-at once; the blotters wait in the instance; at a punctuation the instance arrives at the
-group's barrier and returns -- it never waits on its worker (``coordinator.py``); what
-arrives meanwhile is taken and kept in its inbox (the runtime runs an operator again as
-long as input waits in its buffer). When the batch's state access is over the group
-schedules the instance, which post-processes its stashed blotters, then goes on with its
-inbox and its input.
+at once; the blotters wait in the instance. At a punctuation the instance partitions its
+operations, hands the batch over (an :class:`_Arrival`: its operation buffer, the
+partitioned operations and the stashed blotters) and arrives at the group's barrier; it
+never waits on its worker (``coordinator.py``). When the batch's state access is over the
+group schedules the instance, which post-processes that batch's blotters.
+
+With ``TxnConfig.pipeline`` (the default) the instance goes on computing meanwhile:
+registering the next batch's operations reads no state, so compute mode of batch k+1
+overlaps state access of batch k, in the instance's second operation buffer (two
+alternate). It may not arrive at batch k+1's barrier before it has post-processed batch k
+(at most one batch handed over per instance): a punctuation taken before that waits at
+the head of the instance's inbox. Without it (the paper's Fig. 3a: "e6 and e7 wait") the
+instance computes nothing from its arrival until its post-processing. Either way, what
+arrives while it may not go on is taken and kept in its inbox (the runtime runs an
+operator again as long as input waits in its buffer).
+
+Protocol (who touches what, when): an instance's ``_State`` -- its compute buffer, stash
+and inbox -- is touched only by the thread running the instance. An ``_Arrival`` is
+written by that thread before it arrives, then read by the batch's state access (the
+last arrival's thread and the pool tasks) and nothing else touches it until the group
+stores its ``results`` and publishes ``done_batch`` (fenced: ``coordinator.py``); then the
+instance, having read ``done_batch``, reads the results and recycles the buffer.
 
 Baselines (``cc`` = lock | mvlk | pat | nolock): each packet's transactions run at once,
 one at a time in ts order, in ``run_baseline`` (``baselines.py``); a wait that lasts too
@@ -111,35 +127,47 @@ class TransactionalOperator(Operator):
     # dual mode ------------------------------------------------------------------------------
     def _run_dual(self, ctx, st) -> None:
         g = st.group
-        if st.waiting:
-            self._drain(ctx, st)  # stash, don't wait: take the input, keep it for later
-            if g.done_batch < st.batch:
-                return
-            if FENCED:
-                fence()  # done_batch read unlocked, then results[b] (coordinator's protocol)
-            self._post_dual(ctx, st)
-            if st.final:
-                st.done = True
-                ctx.close()
-                ctx.finish()
-                return
+        a = st.arrived
+        if a is not None:
+            if g.done_batch < a.batch:
+                if not st.pipeline:
+                    self._drain(ctx, st)  # stash, don't wait: take the input, keep it for later
+                    return
+            else:
+                if FENCED:
+                    fence()  # done_batch read unlocked, then a.results (coordinator's protocol)
+                self._post_dual(ctx, st, a)
+                if a.final:
+                    st.done = True
+                    ctx.close()
+                    ctx.finish()
+                    return
         inbox = st.inbox
         for _ in range(MAX_PACKETS_PER_RUN):
             if ctx.blocked:
                 return
             item = inbox.popleft() if inbox else ctx.recv("in")
             if item is None:
-                if ctx.at_eos("in"):
+                if not ctx.at_eos("in"):
+                    return
+                item = _EOS
+            if item is _EOS or isinstance(item, Batch):
+                if st.arrived is not None:
+                    # pipelined: this barrier waits until the batch handed over before
+                    # was post-processed (the group's _finish schedules us)
+                    inbox.appendleft(item)
+                    self._drain(ctx, st)
+                    return
+                if item is _EOS:
                     self._arrive(st, True, None)
-                return
-            if item is _EOS:
-                self._arrive(st, True, None)
-                return
-            if isinstance(item, Batch):
+                    return
                 self._check_punct(st, item)
                 self._arrive(st, False, item.ts)
-                self._drain(ctx, st)
-                return
+                if not st.pipeline:
+                    self._drain(ctx, st)
+                    return
+                # let the batch's state-access task (pushed on this worker) run first
+                break
             if isinstance(item, Punctuation):
                 continue  # other punctuations mean nothing here
             eb = self.pre_process(item)
@@ -151,9 +179,9 @@ class TransactionalOperator(Operator):
 
     @staticmethod
     def _drain(ctx, st) -> None:
-        """While waiting at a barrier: move everything that arrived into the inbox (an
-        operator must keep taking its input, or the runtime runs it again at once; the
-        progress controller bounds how much comes: coordinator.LOOKAHEAD)."""
+        """While the instance may not go on: move everything that arrived into the inbox
+        (an operator must keep taking its input, or the runtime runs it again at once;
+        the progress controller bounds how much comes: ``Group.lookahead``)."""
         inbox = st.inbox
         if inbox and inbox[-1] is _EOS:
             return
@@ -166,41 +194,43 @@ class TransactionalOperator(Operator):
             inbox.append(item)
 
     def _arrive(self, st, final: bool, punct_ts) -> None:
-        if punct_ts is not None and st.buf.ntx and int(st.buf.tts[: st.buf.ntx].max()) >= punct_ts:
-            raise ValueError(f"executor {self.executor}: an event of ts "
-                             f"{int(st.buf.tts[: st.buf.ntx].max())} precedes the punctuation of ts {punct_ts}")
         buf = st.buf
+        if punct_ts is not None and buf.ntx and int(buf.tts[: buf.ntx].max()) >= punct_ts:
+            raise ValueError(f"executor {self.executor}: an event of ts "
+                             f"{int(buf.tts[: buf.ntx].max())} precedes the punctuation of ts {punct_ts}")
         g = st.group
         if buf.nc:
             buf.reserve_ops(buf.nc)
             buf.n = kernel_for(st.K, "cond_only_reads", buf.n)(buf.ib, buf.fb, buf.n, buf.cb, buf.nc, buf.tts,
                                                                  buf.ntx)
-        st.pib = np.empty((max(buf.n, 1), buf.ib.shape[1]), np.int64)
-        st.pfb = np.empty(max(buf.n, 1), np.float64)
-        st.poff = np.zeros(g.P + 1, np.int64)
+        a = _Arrival(st.batch, buf, st.stash, final)
+        a.pib = np.empty((max(buf.n, 1), buf.ib.shape[1]), np.int64)
+        a.pfb = np.empty(max(buf.n, 1), np.float64)
+        a.poff = np.zeros(g.P + 1, np.int64)
         if buf.n:
             part = kernel_for(st.K, "partition_ops", buf.n, g.nworkers)
-            part(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, st.pib, st.pfb, st.poff)
+            part(buf.ib, buf.fb, buf.n, g.pool_of_rec, g.P, a.pib, a.pfb, a.poff)
         # may the batch's chains be walked as soon as they are built (coordinator step 3)?
-        st.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
+        a.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
             kernel_for(st.K, "pool_local", buf.n)(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
-        st.waiting = True
-        st.final = final
-        st.arrived_at = st.batch
-        g.arrive(self.executor, final, punct_ts)
+        # the next batch is registered in the other buffer (module doc)
+        st.buf = st.spare if st.spare is not None else OpBuffer()
+        st.spare = None
+        st.stash = []
+        st.arrived = a
+        st.batch += 1
+        g.arrive(self.executor, final, punct_ts, a)
 
-    def _post_dual(self, ctx, st) -> None:
-        res, verdict, slot_base, txn_base = st.results.pop(st.batch)
+    def _post_dual(self, ctx, st, a) -> None:
+        res, verdict, slot_base, txn_base = a.results
         sb, tb = int(slot_base[self.executor]), int(txn_base[self.executor])
-        stash, st.stash = st.stash, []
-        for eb in stash:
+        for eb in a.stash:
             eb.fill(res, verdict, sb, tb)
             self._emit(ctx, eb)
-        st.buf.reset()
-        st.pib = st.pfb = None
-        st.waiting = False
-        st.batch += 1
-        st.group.posted(st.batch - 1)
+        a.buf.reset()
+        st.spare = a.buf
+        st.arrived = None
+        st.group.posted(a.batch)
 
     # coarse-grained (the baselines) --------------------------------------------------------
     def _run_coarse(self, ctx, st) -> None:
@@ -276,6 +306,22 @@ class TransactionalOperator(Operator):
         st.last_punct = p.ts
 
 
+class _Arrival:
+    """One instance's batch from its arrival at barrier 1 until it post-processed it
+    (module doc: protocol)."""
+
+    __slots__ = ("batch", "buf", "stash", "final", "pib", "pfb", "poff", "pool_local", "results")
+
+    def __init__(self, batch: int, buf, stash: list, final: bool):
+        self.batch = batch
+        self.buf = buf  # the batch's operation buffer (read by _start_batch)
+        self.stash = stash  # its blotters, post-processed once the results are in
+        self.final = final  # the instance reached its end of stream with this batch
+        self.pib = self.pfb = self.poff = None  # its operations partitioned by pool
+        self.pool_local = True  # no operation of it reads a record of another pool
+        self.results = None  # (res, verdict, slot_base, txn_base), set by the group
+
+
 class _State:
     """Per-instance driver state (touched only by the thread running the instance)."""
 
@@ -288,20 +334,17 @@ class _State:
         self.task = ctx.task  # the runtime's record of this instance (the coordinator schedules it)
         self.K = self.group.K
         self.dual = cfg.dual_mode
+        self.pipeline = cfg.pipeline
         self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))
-        self.buf = OpBuffer()
+        self.buf = OpBuffer()  # the batch being computed registers here
+        self.spare = None  # the other buffer, free once its batch was post-processed
         self.stash: list = []
-        self.waiting = False
-        self.final = False
-        self.batch = 0
+        self.arrived = None  # the batch handed over at barrier 1, not post-processed yet
+        self.batch = 0  # the batch being computed
         self.last_punct = -1
-        self.pib = self.pfb = self.poff = None
-        self.pool_local = True  # its arrived batch reads no record of another pool
         self.pending = None
-        self.inbox = deque()  # input taken while waiting at a barrier, in arrival order
-        self.results: dict = {}  # batch -> its results, set by the group when it finished
+        self.inbox = deque()  # input taken while the instance may not go on, in arrival order
         self.done = False  # ended (after its final batch's post-processing)
-        self.arrived_at = -1  # the batch it last arrived at
 
 
 __all__ = ["TransactionalOperator"]

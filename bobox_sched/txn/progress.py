@@ -19,7 +19,8 @@ Flow control (dual mode): an instance waiting at a barrier keeps taking its inpu
 (``operator.py``), so the controller bounds what is in flight itself: it deals batch b
 only once batch ``b - LOOKAHEAD`` is finished, every instance having post-processed it
 (``Group.gate``; LOOKAHEAD = 1: no new input while a batch is in state access or
-post-processing), else it returns and the group runs it again when a batch finishes.
+post-processing; 2 with ``TxnConfig.pipeline``, whose instances compute the next batch
+meanwhile), else it returns and the group runs it again when a batch finishes.
 
 :class:`ProgressController` does this for one input stream (outputs ``out0 ..
 out{T-1}``); :class:`ArrayParser` for a table of events held in memory (the benchmark's
