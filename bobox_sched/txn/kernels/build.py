@@ -132,15 +132,22 @@ def build_pool(p, tmp_i, tmp_f, span, ts0, B, S, log_all):
         B.ch[cid, C_START] = j
         B.ch[cid, C_END] = base + clen[c + 1]
         B.ch_next[cid] = j
+    # Dependencies: the records other chains read (sources here, condition operands
+    # below). Several pools may mark one record at once: an atomic store of the same value.
+    rec_ver = B.rec_ver
     for q in range(n):
         i = by_ts[q]
-        c = rec_chain[tmp_i[i, F_G]] - base
+        g = tmp_i[i, F_G]
+        c = rec_chain[g] - base
         j = base + clen[c]
         clen[c] += 1
         for f in range(NF):
             oi[j, f] = tmp_i[i, f]
         of[j, P_PARAM] = tmp_f[i]
         B.o_viol[j] = 0
+        s = tmp_i[i, F_SRC]
+        if s >= 0 and s != g:
+            atomic_store(rec_ver, s, 1)
     for c in range(nch):
         cid = base + c
         j = B.ch[cid, C_START]
@@ -155,16 +162,16 @@ def build_pool(p, tmp_i, tmp_f, span, ts0, B, S, log_all):
             if a >= 0:
                 for f in range(row.shape[0]):
                     B.aux_snap[a, f] = row[f]
-    # Dependencies: the records other chains read (sources, condition operands). Several
-    # pools may mark one record at once: an atomic store of the same value.
-    rec_ver = B.rec_ver
+    # A pass over the operations for their conditions' records only where the batch has
+    # conditions (GS, TP: none; the pass cost a fifth of this kernel on GS, measured
+    # 2026-12-02 on a captured 5000-operation pool: 122 -> 97 us without it).
     cond_off = B.cond_off
     conds = B.conds
+    if cond_off[cond_off.shape[0] - 1] == 0:
+        B.pool_nch[p] = nch
+        return nch
     for j in range(base, base + n):
         g = oi[j, F_G]
-        s = oi[j, F_SRC]
-        if s >= 0 and s != g:
-            atomic_store(rec_ver, s, 1)
         x = oi[j, F_TXN]
         for c in range(cond_off[x], cond_off[x + 1]):
             cg = conds[c, 0]
