@@ -71,7 +71,7 @@ def _every_mode_and_stealing(*rows):
                 for steal in (True, False):
                     for pipe in (True, False):
                         fn = example(**row, mode=mode, steal=steal, policy="bobox", virtual=True, single=0,
-                                     pipeline=pipe)(fn)
+                                     pipeline=pipe, direct=True)(fn)
         return fn
     return deco
 
@@ -80,7 +80,7 @@ def _every_mode_and_stealing(*rows):
        interval=st.sampled_from([1, 2, 7, 500]), T=st.integers(1, 8), mode=st.sampled_from(MODES),
        steal=st.booleans(), n=st.integers(1, 150), seed=st.integers(0, 2**31), cycles=st.booleans(),
        constrained=st.booleans(), policy=st.sampled_from(["bobox", "simple"]), virtual=st.booleans(),
-       single=st.sampled_from([0, 40, 10**9]), pipeline=st.booleans())
+       single=st.sampled_from([0, 40, 10**9]), pipeline=st.booleans(), direct=st.booleans())
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @_every_mode_and_stealing(
     # many keys, very hot ones, small batches, most executors, SL-style cycles, constraints
@@ -90,17 +90,44 @@ def _every_mode_and_stealing(*rows):
     # 14 aborts; with SL-style cycles on one record nearly every condition fails)
     dict(nkeys=1, theta=0.0, interval=2, T=8, n=150, seed=0, cycles=False, constrained=True))
 def test_tstream_is_serially_equivalent(nkeys, theta, interval, T, mode, steal, n, seed, cycles, constrained,
-                                        policy, virtual, single, pipeline):
+                                        policy, virtual, single, pipeline, direct):
     """`single`: batches of at most that many operations run in one task (0: none, 40:
-    some, 10**9: all); `pipeline`: instances compute batch k+1 during k's state access."""
+    some, 10**9: all); `pipeline`: instances compute batch k+1 during k's state access;
+    `direct`: batches without cross-record reads and aborts skip the chains."""
     store = make_store(nkeys, constrained, seed)
     ev = make_events(n, nkeys, theta, seed, cycles=cycles)
     cfg = TxnConfig(store, T, interval=interval, numa_mode=mode, work_stealing=steal, pipeline=pipeline)
     coord.Group.single_task_ops = single
+    coord.Group.direct_pools = direct
     try:
         _check(store, ev, cfg, policy=policy, topology=_vtopo() if virtual else None)
     finally:
         coord.Group.single_task_ops = 0
+        coord.Group.direct_pools = True
+
+
+@pytest.mark.parametrize("deps, conds, constrained, single, mode, steal, direct", [
+    (False, False, False, 0, "shared-nothing", False, True),  # GS/TP-like: every pool without chains
+    (False, True, False, 10**9, "shared-nothing", False, True),  # conditions in one task: read across pools
+    (False, True, False, 0, "shared-everything", False, True),  # conditions, one pool
+    (True, False, False, 0, "shared-everything", False, False),  # sources: chains
+    (False, False, True, 0, "shared-everything", False, False),  # constraints may abort: chains
+    (False, False, False, 0, "shared-everything", True, False),  # stealers claim chains
+])
+def test_batches_without_cross_record_reads_run_without_chains(deps, conds, constrained, single, mode, steal,
+                                                               direct, monkeypatch):
+    # kernels/direct.py: where no operation reads another record, nothing aborts and no
+    # stealer shares a pool, a batch runs in ts order on the store -- and equals the oracle
+    monkeypatch.setattr(coord.Group, "single_task_ops", single)
+    store = make_store(40, constrained, 3)
+    ev = make_events(300, 40, 0.9, 3, deps=deps, conds=conds)
+    cfg = TxnConfig(store, 3, interval=15, numa_mode=mode, work_stealing=steal)
+    summary, _ = _check(store, ev, cfg, topology=_vtopo(1))  # one node: the one-task path needs one
+    with_ops = summary["batches"] - summary["empty_batches"]
+    assert with_ops > 0
+    assert summary["direct_batches"] == (with_ops if direct else 0)
+    if direct:
+        assert summary["versions_peak"] == 0 and summary["rounds"] == with_ops
 
 
 @pytest.mark.parametrize("mode, steal", [("shared-nothing", False), ("shared-nothing", True),
@@ -747,11 +774,13 @@ class _CheckedFinish:
         return versions
 
 
-def test_versions_only_where_read_and_freed_after_every_batch():
+def test_versions_only_where_read_and_freed_after_every_batch(monkeypatch):
     """Versions exist only on the chains of records that another record's operation
     reads (a source or a condition operand), one per operation on them, and every batch
     frees them all (``_CheckedFinish``: the kernel's ``live_versions`` before and right
-    after ``finish_batch``)."""
+    after ``finish_batch``). With chains for every batch (no direct runs: those build no
+    chains and keep no versions)."""
+    monkeypatch.setattr(coord.Group, "direct_pools", False)
     # no cross-record reads: nothing is versioned
     log0 = []
     store = make_store(50, False, 1)

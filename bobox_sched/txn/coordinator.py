@@ -23,6 +23,13 @@ One :class:`Group` per request and ``TxnConfig.name`` coordinates the T instance
    pool is shared by stealers, no chain waits on a chain of another pool, which may not
    be built yet: the same task walks its chains right away (round 1 *fused* into round
    0), which saves a round trip through the scheduler per batch (GS, TP, OB).
+   Where, in addition, no operation has a source (``src=``) and the store has no
+   constraints (nothing can abort), a pool needs no chains at all: its task runs the
+   pool's operations in ts order straight on the store (``direct``, kernels/direct.py:
+   the serial order restricted to the pool's records; conditions then read only their
+   own pool, or any pool on the one-task path, which runs every pool in one pass). GS,
+   TP and OB take it, and SL on the one-task path; SL's batches that run a task per
+   pool keep the chains (its transfers' conditions read across pools).
    A batch of at most ``single_task_ops`` operations runs in *one* task instead, on the
    last arrival's worker: it builds every pool and walks every chain, all its own
    (``process_pool`` with pool -1), so that cross-pool reads cost no rounds either. For
@@ -185,6 +192,10 @@ class Group:
     # option (shared-everything) beat per-worker pools on TP at 16k operations a batch
     # and lost on GS at 80k (fig. 14): the crossover may lie higher with more workers.
     single_task_ops = 5000
+    # Batches whose operations read only their own record and cannot abort skip the
+    # chains (step 3; kernels/direct.py). A class switch, so that a measurement and the
+    # tests can compare both.
+    direct_pools = True
     # The dealer's gate (``gate``, step 7) opens for batch b+1 once every instance has
     # post-processed batch b, not already at barrier 2: dealing and computing b+1 is
     # Python, and so are the posts of b, so under the GIL running them side by side
@@ -242,6 +253,7 @@ class Group:
         self._cap = 0
         self.B = None
         self.fused = False
+        self.direct = False
         self.single = False
         self.one_task = False
         # every pool's records on one node: a small batch may run in one task (step 3)
@@ -272,7 +284,8 @@ class Group:
                 row.append(pair)
             self.tasks.append(row)
         self.stats = {"batches": 0, "transactions": 0, "operations": 0, "rounds": 0, "max_rounds": 0,
-                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "single_task_batches": 0,
+                      "aborts": 0, "restored_chains": 0, "fused_batches": 0, "direct_batches": 0,
+                      "single_task_batches": 0,
                       "versions_peak": 0, "versions_total": 0,
                       "build_s": 0.0, "process_s": 0.0, "coord_s": 0.0, "state_access_s": 0.0, "empty_batches": 0,
                       "local_ops": 0.0, "page_local_ops": 0.0, "placed_ops": 0, "batch_sizes": []}
@@ -350,6 +363,7 @@ class Group:
         poffs = np.zeros((T, P + 1), np.int64)
         ts_lo = None
         local = True
+        any_src = False
         with_ops = []
         for e, i in enumerate(insts):
             if i is None:
@@ -363,6 +377,7 @@ class Group:
                 lo = int(buf.tts[: buf.ntx].min())
                 ts_lo = lo if ts_lo is None or lo < ts_lo else ts_lo
             local = local and i.pool_local
+            any_src = any_src or buf.has_src
         txn_base = np.array([0, *accumulate(ntx_l[:-1])], np.int64)
         slot_base = np.array([0, *accumulate(nsl_l[:-1])], np.int64)
         NTX, NSL, ncond = sum(ntx_l), sum(nsl_l), sum(ncs_l)
@@ -400,7 +415,11 @@ class Group:
         # one, no thread polls for the GIL and releasing it costs nothing: ratio 0.98-1.02)
         self.one_task = (self.single or alone) and NOPS <= ONE_TASK_HELD and len(self.scheduler.workers) > 1
         self.fused = self.fuse_rounds and (self.single or (local and all(len(t) == 1 for t in self.placement.tasks)))
+        # No chains at all where no operation reads another record and nothing aborts:
+        # each task runs its pools' operations in ts order on the store (kernels/direct.py)
+        self.direct = self.fused and self.direct_pools and not any_src and not self.store.has_constraints
         self.stats["fused_batches"] += self.fused
+        self.stats["direct_batches"] += self.direct
         self.stats["single_task_batches"] += self.single
         # every instance's operations, partitioned by pool at its arrival: each pool task
         # gathers its part from every instance (no copy of them all here, on one thread)
@@ -458,7 +477,10 @@ class Group:
         done = pending = 0
         tp = 0.0
         single = self.single  # one task for every pool (step 3): process_pool's pool -1
-        if task.kind == BUILD:
+        if task.kind == BUILD and self.direct:
+            done = self._run_direct(task)
+            key = "process_s"
+        elif task.kind == BUILD:
             parts, ts0 = self._build_args
             for p in range(self.P) if single else (task.pool,):
                 n = int(B.pool_off[p + 1] - B.pool_off[p])
@@ -498,6 +520,25 @@ class Group:
         if last:
             self._advance()
 
+    def _run_direct(self, task) -> int:
+        """Round 0 of a batch without chains (``direct``): gather the task's operations
+        from every instance -- every pool's on the one-task path, in one run, so that
+        conditions may read across pools -- and run them in ts order on the store."""
+        B, K = self.B, self.K
+        parts, ts0 = self._build_args
+        pools = range(self.P) if self.single else (task.pool,)
+        n = sum(int(B.pool_off[p + 1] - B.pool_off[p]) for p in pools)
+        tmp_i = np.empty((max(n, 1), NF), np.int64)
+        tmp_f = np.empty(max(n, 1), np.float64)
+        k, span = 0, 1
+        gather = kernel_for(K, "gather_pool", self._work(n), self.nworkers)
+        for p in pools:
+            for pib, pfb, poff, sb, tb in parts:
+                k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+        return int(self.kcall(kernel_for(K, "run_direct", self._work(n)), tmp_i, tmp_f, k, span, ts0,
+                              np.zeros(span + 1, np.int64), np.empty(max(k, 1), np.int64), B.cond_off, B.conds,
+                              B.c_param, B.verdict, B.res, self.S))
+
     def _work(self, n: int) -> int:
         """The size a kernel call on `n` operations counts as when it picks whether to
         release the GIL (funs.kernel_for): none where one task walks the batch."""
@@ -516,7 +557,7 @@ class Group:
         if self.phase == BUILD:
             self.round = 1
             self.batch_rounds = 1
-            if not self.fused:
+            if not self.fused:  # (a direct batch is fused: its run was both rounds)
                 self.stats["coord_s"] += time.perf_counter() - t0
                 self._submit_round(ROUNDS)
                 return
@@ -546,7 +587,10 @@ class Group:
         """Barrier 2: free the versions, publish the results, resume the instances."""
         t0 = time.perf_counter()
         st = self.stats
-        if self.B is not None and self.NOPS:
+        if self.B is not None and self.NOPS and self.direct:
+            st["rounds"] += 1  # no chains: nothing to forget, no versions
+            st["max_rounds"] = max(st["max_rounds"], 1)
+        elif self.B is not None and self.NOPS:
             versions = int(self.kcall(kernel_for(self.K, "finish_batch", self.NOPS), self.B, self.P, self.NOPS))
             st["versions_peak"] = max(st["versions_peak"], versions)
             st["versions_total"] += versions

@@ -5,6 +5,7 @@ too small to release the GIL (``funs.kernel_for``).
 from numba import njit
 
 from bobox_sched.txn.kernels.build import build_conds, build_pool, gather_pool
+from bobox_sched.txn.kernels.direct import run_direct
 from bobox_sched.txn.kernels.finish import finish_batch
 from bobox_sched.txn.kernels.register import cond_only_reads, partition_ops, pool_local
 from bobox_sched.txn.kernels.serial import by_txn
@@ -52,6 +53,11 @@ def build_pool_held(p, tmp_i, tmp_f, span, ts0, B, S, log_all):
 @njit(cache=True, _nrt=False)
 def process_pool_held(p, parity, me, B, S, sc, sl, out):
     return process_pool(p, parity, me, B, S, sc, sl, out)
+
+
+@njit(cache=True, _nrt=False)
+def run_direct_held(tmp_i, tmp_f, n, span, ts0, cnt, by_ts, cond_off, conds, c_param, verdict, res, S):
+    return run_direct(tmp_i, tmp_f, n, span, ts0, cnt, by_ts, cond_off, conds, c_param, verdict, res, S)
 
 
 @njit(cache=True)
