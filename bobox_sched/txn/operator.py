@@ -335,7 +335,9 @@ class _State:
         self.K = self.group.K
         self.dual = cfg.dual_mode
         self.pipeline = cfg.pipeline
-        self.spin = cfg.spin_ticks(len(ctx.scheduler.workers))
+        # the baselines' spin budget (dual mode never spins; the first call measures the
+        # cycle counter for 20 ms: core.atomics.cycles_per_second)
+        self.spin = 0 if self.dual else cfg.spin_ticks(len(ctx.scheduler.workers))
         self.buf = OpBuffer()  # the batch being computed registers here
         self.spare = None  # the other buffer, free once its batch was post-processed
         self.stash: list = []
