@@ -25,7 +25,7 @@ partitioned operations and the stashed blotters) and arrives at the group's barr
 never waits on its worker (``coordinator.py``). When the batch's state access is over the
 group schedules the instance, which post-processes that batch's blotters.
 
-With ``TxnConfig.pipeline`` (the default) the instance goes on computing meanwhile:
+With ``TxnConfig.pipeline`` (off by default) the instance goes on computing meanwhile:
 registering the next batch's operations reads no state, so compute mode of batch k+1
 overlaps state access of batch k, in the instance's second operation buffer (two
 alternate). It may not arrive at batch k+1's barrier before it has post-processed batch k
