@@ -213,8 +213,10 @@ class TransactionalOperator(Operator):
         # may the batch's chains be walked as soon as they are built (coordinator step 3)?
         a.pool_local = g.P == 1 or not (buf.nc or buf.has_src) or bool(
             kernel_for(st.K, "pool_local", buf.n)(buf.ib, buf.n, buf.cb, buf.nc, buf.ntx, g.pool_of_rec))
-        # the next batch is registered in the other buffer (module doc)
-        st.buf = st.spare if st.spare is not None else OpBuffer()
+        # pipelined, the next batch is registered in the other buffer (module doc); else
+        # nothing is registered until the post-processing gives this one back (one
+        # buffer: a second one would grow again from its initial size)
+        st.buf = st.spare if st.spare is not None or not st.pipeline else OpBuffer()
         st.spare = None
         st.stash = []
         st.arrived = a
@@ -228,7 +230,10 @@ class TransactionalOperator(Operator):
             eb.fill(res, verdict, sb, tb)
             self._emit(ctx, eb)
         a.buf.reset()
-        st.spare = a.buf
+        if st.buf is None:
+            st.buf = a.buf
+        else:
+            st.spare = a.buf
         st.arrived = None
         st.group.posted(a.batch)
 
