@@ -130,6 +130,8 @@ def test_txn_gate_fences_after_its_unlocked_read_of_open_batch(monkeypatch):
     monkeypatch.setattr(coordinator, "fence", lambda: log.append("fence"))
 
     class Group:
+        lookahead = coordinator.LOOKAHEAD
+
         @property
         def open_batch(self):
             log.append("load open_batch")
