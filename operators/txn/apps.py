@@ -50,9 +50,9 @@ class GrepSum(TransactionalOperator):
 
     def state_access(self, txn, eb):
         rd = eb["read"]
-        # the ten keys of each event as one (events, 10) array: one call issues the ten
+        # the ten keys of each event are one (events, 10) column: one call issues the ten
         # reads of every read event, one the ten writes of every write event
-        k = np.column_stack([eb[f"k{i}"] for i in range(self.LENGTH)])
+        k = eb["k"]
         txn.read(self.table, k, into="r", where=rd)
         txn.write(self.table, k, eb["v"], where=~rd)
 
@@ -101,11 +101,12 @@ class Bidding(TransactionalOperator):
     def state_access(self, txn, eb):
         kind = eb["kind"]
         bid, alter, top = kind == 0, kind == 1, kind == 2
-        txn.require(LE(self.price, eb["k0"], eb["bp"]), GE(self.qty, eb["k0"], eb["bq"]), where=bid)
-        txn.read_modify(self.qty, eb["k0"], DEC, param=eb["bq"], into="left", where=bid)
-        # an alter's 20 writes and a top's 20 increments, each one call ((events, 20) keys)
-        k = np.column_stack([eb[f"k{i}"] for i in range(self.LENGTH)])
-        v = np.column_stack([eb[f"v{i}"] for i in range(self.LENGTH)])
+        # an alter's 20 writes and a top's 20 increments, each one call: keys and values
+        # are (events, 20) columns; a bid uses the first key
+        k, v = eb["k"], eb["v"]
+        k0 = k[:, 0]
+        txn.require(LE(self.price, k0, eb["bp"]), GE(self.qty, k0, eb["bq"]), where=bid)
+        txn.read_modify(self.qty, k0, DEC, param=eb["bq"], into="left", where=bid)
         txn.write(self.price, k, v, where=alter)
         txn.read_modify(self.qty, k, INC, param=v, where=top)
 
@@ -176,7 +177,8 @@ class App:
         kw = dict(theta=self.theta, nparts=self.nparts, mp_ratio=self.mp_ratio, mp_len=self.mp_len, seed=seed)
         if self.name == "gs":
             keys, _ = gen_keys(n, GrepSum.LENGTH, self.nkeys, **kw)
-            ev = {f"k{i}": np.ascontiguousarray(keys[:, i]) for i in range(GrepSum.LENGTH)}
+            # the ten keys as one (events, 10) column (the parser deals it in one step)
+            ev = {"k": np.ascontiguousarray(keys[:, : GrepSum.LENGTH])}
             ev["read"] = rng.random(n) < self.read_ratio
             ev["v"] = rng.uniform(0, 100, n).round(2)
             return ev
@@ -188,11 +190,9 @@ class App:
         if self.name == "ob":
             keys, _ = gen_keys(n, Bidding.LENGTH, self.nkeys, **kw)
             kind = rng.choice(3, size=n, p=[6 / 8, 1 / 8, 1 / 8]).astype(np.int64)
-            ev = {f"k{i}": np.ascontiguousarray(keys[:, i]) for i in range(Bidding.LENGTH)}
-            vals = np.where(kind[:, None] == 1, rng.uniform(50, 150, (n, Bidding.LENGTH)).round(2),
-                            rng.integers(1, 50, (n, Bidding.LENGTH)).astype(np.float64))
-            for i in range(Bidding.LENGTH):
-                ev[f"v{i}"] = np.ascontiguousarray(vals[:, i])
+            ev = {"k": np.ascontiguousarray(keys[:, : Bidding.LENGTH])}
+            ev["v"] = np.where(kind[:, None] == 1, rng.uniform(50, 150, (n, Bidding.LENGTH)).round(2),
+                               rng.integers(1, 50, (n, Bidding.LENGTH)).astype(np.float64))
             ev["kind"] = kind
             ev["bp"] = rng.uniform(50, 150, n).round(2)
             ev["bq"] = rng.integers(1, 20, n).astype(np.float64)
