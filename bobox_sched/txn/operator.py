@@ -216,7 +216,7 @@ class TransactionalOperator(Operator):
         # pipelined, the next batch is registered in the other buffer (module doc); else
         # nothing is registered until the post-processing gives this one back (one
         # buffer: a second one would grow again from its initial size)
-        st.buf = st.spare if st.spare is not None or not st.pipeline else OpBuffer()
+        st.buf = st.spare if st.spare is not None or not st.pipeline else OpBuffer.for_interval(self.txn_config.interval)
         st.spare = None
         st.stash = []
         st.arrived = a
@@ -343,7 +343,7 @@ class _State:
         # the baselines' spin budget (dual mode never spins; the first call measures the
         # cycle counter for 20 ms: core.atomics.cycles_per_second)
         self.spin = 0 if self.dual else cfg.spin_ticks(len(ctx.scheduler.workers))
-        self.buf = OpBuffer()  # the batch being computed registers here
+        self.buf = OpBuffer.for_interval(cfg.interval)  # the batch being computed registers here
         self.spare = None  # the other buffer, free once its batch was post-processed
         self.stash: list = []
         self.arrived = None  # the batch handed over at barrier 1, not post-processed yet

@@ -43,13 +43,22 @@ MAX_OPS_PER_TXN = 255
 class OpBuffer:
     """Growable operation, condition and transaction buffers of one instance."""
 
-    def __init__(self, cap: int = 1024):
+    def __init__(self, cap: int = 1024, txns: int = 256, conds: int = 64):
         self.ib = np.empty((cap, NF), np.int64)
         self.fb = np.empty(cap, np.float64)
-        self.cb = np.empty((64, 4), np.int64)
-        self.cf = np.empty(64, np.float64)
-        self.tts = np.empty(256, np.int64)
+        self.cb = np.empty((conds, 4), np.int64)
+        self.cf = np.empty(conds, np.float64)
+        self.tts = np.empty(txns, np.int64)
         self.reset()
+
+    @classmethod
+    def for_interval(cls, interval: int) -> "OpBuffer":
+        """A buffer sized for a batch of `interval` events (one executor's share): room
+        for 16 operations and 2 conditions an event (GS issues 10, OB up to 20, SL 4), at
+        most 65 536 operations (4.7 MB) up front; it grows beyond. Growing from the
+        default sizes cost the first batch of every request 3-4 copies of its operations
+        (GS at interval 500: batch 0's events took 1.6-1.9 ms against 0.9-1.1 ms later)."""
+        return cls(min(max(1024, 16 * interval), 1 << 16), max(256, interval), min(max(64, 2 * interval), 1 << 14))
 
     def reset(self) -> None:
         self.n = 0  # operations
