@@ -53,7 +53,7 @@ class TxnConfig:
     spin_us        how long a baseline's wait spins before it returns "blocked" (default:
                    1 ms if every executor can have a worker thread, else 50 us)
     pipeline       dual mode only: instances compute batch k+1 (pre-process, register)
-                   while batch k is in state access (default); False: the paper's
+                   while batch k is in state access; False (the default): the paper's
                    form, no new input from a punctuation until the batch's results are
                    post-processed (spec 2, steps 4 and 8)
     name           names the group (several groups may share a request)

@@ -358,7 +358,6 @@ class Group:
         insts = [arrived.get(e) for e in range(T)]
         # Python work here is O(instances) list steps plus a fixed number of numpy calls:
         # it runs once per batch with the GIL held.
-        b = self.batch
         ntx_l, nsl_l, ncs_l, nops_l = [0] * T, [0] * T, [0] * T, [0] * T
         poffs = np.zeros((T, P + 1), np.int64)
         ts_lo = None
@@ -481,15 +480,9 @@ class Group:
             done = self._run_direct(task)
             key = "process_s"
         elif task.kind == BUILD:
-            parts, ts0 = self._build_args
+            ts0 = self._build_args[1]
             for p in range(self.P) if single else (task.pool,):
-                n = int(B.pool_off[p + 1] - B.pool_off[p])
-                tmp_i = np.empty((max(n, 1), NF), np.int64)
-                tmp_f = np.empty(max(n, 1), np.float64)
-                k, span = 0, 1
-                gather = kernel_for(K, "gather_pool", self._work(n), self.nworkers)
-                for pib, pfb, poff, sb, tb in parts:
-                    k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
+                tmp_i, tmp_f, n, span = self._gather((p,))
                 self.kcall(kernel_for(K, "build_pool", self._work(n)), p, tmp_i, tmp_f, span, ts0, B, S,
                            self.store.has_constraints)
             key = "build_s"
@@ -520,24 +513,31 @@ class Group:
         if last:
             self._advance()
 
-    def _run_direct(self, task) -> int:
-        """Round 0 of a batch without chains (``direct``): gather the task's operations
-        from every instance -- every pool's on the one-task path, in one run, so that
-        conditions may read across pools -- and run them in ts order on the store."""
-        B, K = self.B, self.K
+    def _gather(self, pools) -> tuple:
+        """Round 0, step 1: the operations of `pools` from every instance (partitioned by
+        pool at its arrival), appended pool by pool into fresh arrays: ``(ops, params,
+        count, ts span)``."""
+        B = self.B
         parts, ts0 = self._build_args
-        pools = range(self.P) if self.single else (task.pool,)
         n = sum(int(B.pool_off[p + 1] - B.pool_off[p]) for p in pools)
         tmp_i = np.empty((max(n, 1), NF), np.int64)
         tmp_f = np.empty(max(n, 1), np.float64)
         k, span = 0, 1
-        gather = kernel_for(K, "gather_pool", self._work(n), self.nworkers)
+        gather = kernel_for(self.K, "gather_pool", self._work(n), self.nworkers)
         for p in pools:
             for pib, pfb, poff, sb, tb in parts:
                 k, span = gather(p, pib, pfb, poff, sb, tb, ts0, tmp_i, tmp_f, k, span)
-        return int(self.kcall(kernel_for(K, "run_direct", self._work(n)), tmp_i, tmp_f, k, span, ts0,
-                              np.zeros(span + 1, np.int64), np.empty(max(k, 1), np.int64), B.cond_off, B.conds,
-                              B.c_param, B.verdict, B.res, self.S))
+        return tmp_i, tmp_f, k, span
+
+    def _run_direct(self, task) -> int:
+        """Round 0 of a batch without chains (``direct``): the task's operations -- every
+        pool's on the one-task path, in one run, so that conditions may read across
+        pools -- run in ts order on the store."""
+        B = self.B
+        tmp_i, tmp_f, n, span = self._gather(range(self.P) if self.single else (task.pool,))
+        return int(self.kcall(kernel_for(self.K, "run_direct", self._work(n)), tmp_i, tmp_f, n, span,
+                              self._build_args[1], np.zeros(span + 1, np.int64), np.empty(max(n, 1), np.int64),
+                              B.cond_off, B.conds, B.c_param, B.verdict, B.res, self.S))
 
     def _work(self, n: int) -> int:
         """The size a kernel call on `n` operations counts as when it picks whether to

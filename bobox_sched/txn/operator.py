@@ -216,8 +216,11 @@ class TransactionalOperator(Operator):
         # pipelined, the next batch is registered in the other buffer (module doc); else
         # nothing is registered until the post-processing gives this one back (one
         # buffer: a second one would grow again from its initial size)
-        st.buf = st.spare if st.spare is not None or not st.pipeline else OpBuffer.for_interval(self.txn_config.interval)
-        st.spare = None
+        if st.pipeline:
+            st.buf = st.spare if st.spare is not None else OpBuffer.for_interval(self.txn_config.interval)
+            st.spare = None
+        else:
+            st.buf = None
         st.stash = []
         st.arrived = a
         st.batch += 1
