@@ -132,27 +132,37 @@ def bench_overhead(packets: int = 2000, length: int = 8, requests: int = 8, repe
                    policy: str = "bobox", threads_per_node: int | None = None) -> dict:
     """Microseconds per task of the scheduler and of ThreadPoolExecutor on the same tiny
     tasks, same worker count, interleaved runs; the median of `repeat` runs each."""
+    from bobox_sched.trace import Tracer
+
     plan = chain_plan(packets, length)
-    b_runs, l_runs, t_runs = [], [], []
+    b_runs, l_runs, t_runs, tr_runs = [], [], [], []
     # The same plan on a scheduler with task_stats=False (no clock read or step counter
-    # per task), interleaved with the others: what the statistics cost per task.
+    # per task), and on one that traces every task (Scheduler(trace=...): the traced worker
+    # loop and counting ports; its records are kept in memory and never written),
+    # interleaved with the others: what the statistics and the trace cost per task.
     with Scheduler(policy=policy, threads_per_node=threads_per_node) as sched, \
-            Scheduler(policy=policy, threads_per_node=threads_per_node, task_stats=False) as lean:
+            Scheduler(policy=policy, threads_per_node=threads_per_node, task_stats=False) as lean, \
+            Scheduler(policy=policy, threads_per_node=threads_per_node, trace=Tracer()) as traced:
         workers = len(sched.workers)
         with ThreadPoolExecutor(workers) as ex:
             _bobox_chain(sched, plan, 2, packets)  # warm-up (imports, pools)
             _bobox_chain(lean, plan, 2, packets)
+            _bobox_chain(traced, plan, 2, packets)
             _threadpool_chain(ex, 2, packets // 4, length)
             for i in range(repeat):
                 t, n = _bobox_chain(sched, plan, requests, packets)
                 b_runs.append(t / n * 1e6)
                 t, n = _bobox_chain(lean, plan, requests, packets)
                 l_runs.append(t / n * 1e6)
+                t, n = _bobox_chain(traced, plan, requests, packets)
+                tr_runs.append(t / n * 1e6)
                 t, n = _threadpool_chain(ex, requests, packets, length)
                 t_runs.append(t / n * 1e6)
                 _log(f"[overhead] run {i + 1}/{repeat}: {policy} {b_runs[-1]:.2f} us/task "
-                     f"({l_runs[-1]:.2f} without task statistics), ThreadPoolExecutor {t_runs[-1]:.2f} us/task")
+                     f"({l_runs[-1]:.2f} without task statistics, {tr_runs[-1]:.2f} traced), "
+                     f"ThreadPoolExecutor {t_runs[-1]:.2f} us/task")
     b, lo, t = statistics.median(b_runs), statistics.median(l_runs), statistics.median(t_runs)
+    tr = statistics.median(tr_runs)
     return {
         "policy": policy,
         "workers": workers,
@@ -162,6 +172,8 @@ def bench_overhead(packets: int = 2000, length: int = 8, requests: int = 8, repe
         "threadpool_us_per_task": round(t, 3),
         "ratio": round(t / b, 2),
         "ratio_no_stats": round(t / lo, 2),
+        "bobox_traced_us_per_task": round(tr, 3),
+        "trace_on_cost": round(tr / b, 3),  # traced over untraced, same plan, interleaved
     }
 
 

@@ -157,7 +157,7 @@ class ByteAccount:
     protocol: locked adds, lock-free frees folded in later). `on_peak`, if set, is called
     (outside the lock) after an add that raised the peak."""
 
-    __slots__ = ("_held", "_peak", "allocated", "packets", "_lock", "freed", "on_peak", "ended")
+    __slots__ = ("_held", "_peak", "allocated", "packets", "_lock", "freed", "on_peak", "ended", "rid")
 
     def __init__(self, on_peak=None):
         self._held = 0
@@ -168,6 +168,7 @@ class ByteAccount:
         self.freed: deque = deque()  # byte counts given back, not yet folded into _held
         self.on_peak = on_peak
         self.ended = False  # set once by the scheduler when the request ended
+        self.rid = -1  # the request's id (set once by the request; a trace's memory series)
 
     def add(self, n: int) -> None:
         with self._lock:

@@ -175,4 +175,23 @@ class Port(deque):
     __hash__ = object.__hash__
 
 
-__all__ = ["EMPTY", "Port", "register_waiter", "take_waiters"]
+class CountingPort(Port):
+    """A Port that also counts the rows of the packets popped from it (``rows``): the
+    core policies' ports while a run is traced (``bobox_sched/trace``), so that a task's
+    trace slice says how many rows it took. Only the consumer pops, so only it writes
+    ``rows`` (one writer; the traced worker loop reads it on the same thread). A run
+    without a tracer makes plain Ports: their ``popleft`` stays deque's C call."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, capacity: int):
+        super().__init__(capacity)
+        self.rows = 0
+
+    def popleft(self):
+        item = deque.popleft(self)
+        self.rows += getattr(item, "nrows", 0)  # a punctuation has no rows
+        return item
+
+
+__all__ = ["EMPTY", "CountingPort", "Port", "register_waiter", "take_waiters"]

@@ -61,6 +61,7 @@ class Request:
         self.rr = round_robin()  # cursor over `nodes` for new deferred tasks when shared (core.sync)
         self.results: dict = {}
         self.bytes = scheduler.bytes.new_account()  # the only account per packet (packet.py)
+        self.bytes.rid = rid
         self.future: Future = Future()
         self.ops = ops  # name -> the user's operator (this request's instance)
         # name -> the runtime's record of that operator (task.Task): what policies' lists,

@@ -97,6 +97,15 @@ class Scheduler:
     domain_workers : int, optional
         The most CPUs of one domain under "auto" (default
         ``domains.front.DEFAULT_DOMAIN_WORKERS``).
+    trace : str, path or bobox_sched.trace.Tracer, optional
+        Record a timeline of the run (``bobox_sched/trace``): a slice per task on its
+        worker's track, steals, balancer actions, requests and packet memory. A path:
+        the Chrome trace JSON is written there (atomically) by ``shutdown(wait=True)``,
+        once the workers have ended; a Tracer: call its ``write(path)`` after shutdown.
+        The path's folder is checked here, before anything starts. Not given: the workers
+        run the untraced loop (nothing is recorded, nothing is paid per task). A task's
+        GIL-released time counts only while ``operators.released`` timing is on
+        (``bobox run`` turns it on).
     domain_init : callable, optional
         Called with no arguments in each domain process before its runtime starts (sent
         by cloudpickle), e.g. to turn on instrumentation there.
@@ -194,6 +203,7 @@ class SchedulerCore:
         locality_sample: int = 0,
         task_stats: bool = True,
         precompile: bool | None = None,
+        trace=None,
         **policy_options,
     ):
         # Bounds: bobox_sched/core/limits.py (the CLI applies the same ones).
@@ -205,6 +215,7 @@ class SchedulerCore:
             balance_interval = check_real("balance_interval", balance_interval, limits.MAX_BALANCE_INTERVAL)
         buffer_packets = check_count("buffer_packets", buffer_packets, limits.MAX_BUFFER_PACKETS)
         self.task_stats = bool(task_stats)
+        self.tracer = _make_tracer(trace)
         if memory not in ("local", "remote"):
             raise BoboxError(f"memory must be 'local' or 'remote', got {memory!r}")
         locality_sample = check_count("locality_sample", locality_sample or 0, 2**31, minimum=0)
@@ -241,12 +252,23 @@ class SchedulerCore:
         self._stopping = False
         self._ended = threading.Event()  # set by _stop_threads: every request ended, none can start
         self._warnings: list[str] = []
+        self._trace_written = False
         self._warnings_lock = threading.Lock()  # _warn's check-then-append (never taken from __del__)
         self.requests_done = 0
         self._thread_group = _lifecycle.ThreadGroup()  # every thread this scheduler starts (lifecycle.py)
         self.timers = Timers(group=self._thread_group)  # ctx.reschedule(delay)
         self.policy = policy_cls(self, threads_per_node, balance_interval=balance_interval, pin=pin, **policy_options)
         self.workers = self.policy.create_workers()
+        if self.tracer is not None:
+            from bobox_sched.core.worker import Worker
+
+            own = [w for w in self.workers if type(w)._main is not Worker._main]
+            if own or not self.workers:
+                raise BoboxError(f"tracing is not available under the {self.policy.name} policy with these options: "
+                                 "its tasks run outside the core's worker loop")
+            self.tracer.attach(self.workers, self.policy.name,
+                               {"nodes": [n.os_index for n in self.topology.cpu_nodes],
+                                "packet_bytes": self.packet_bytes})
         # Every cached kernel signature loaded before a worker exists: what a free-threaded
         # build needs (core/precompile.py); None: only there.
         self.precompiled = None
@@ -299,6 +321,8 @@ class SchedulerCore:
             self._next_id += 1
             req = Request(self, plan, rid, ops, edges, self.buffer_packets)
             self._active[rid] = req
+        if self.tracer is not None:
+            self.tracer.request_submitted(rid, req.name or "")
         handle = RequestHandle(req)
         self.policy.place(req, node)
         notify = getattr(self.policy, "request_added", None)
@@ -315,6 +339,8 @@ class SchedulerCore:
     # -- ending --------------------------------------------------------------------------
     def _request_ended(self, req: Request) -> None:
         req.bytes.ended = True  # its account retires from the totals once nothing of it is held
+        if self.tracer is not None:
+            self.tracer.request_ended(req.id, req.state)
         with self._lock:
             self._active.pop(req.id, None)
             self.requests_done += 1
@@ -358,6 +384,9 @@ class SchedulerCore:
                 w.thread.join()
             self.policy.stop()
             self.timers.stop()
+            if self.tracer is not None and self.tracer.path is not None and not self._trace_written:
+                self._trace_written = True
+                self.tracer.write()  # every worker joined: their buffers are complete (recorder.py)
 
     def __enter__(self) -> "SchedulerCore":
         return self
@@ -464,6 +493,20 @@ class SchedulerCore:
     def reset_peak(self) -> None:
         """Restart peak-bytes tracking from the bytes held now (between experiments)."""
         self.bytes.reset_peak()
+
+
+def _make_tracer(trace):
+    """``trace=``: None, a Tracer, or a path whose folder is checked now (one line)."""
+    if trace is None:
+        return None
+    from bobox_sched.trace import Tracer, check_trace_path
+
+    if isinstance(trace, Tracer):
+        return trace
+    try:
+        return Tracer(check_trace_path(trace))
+    except (TypeError, ValueError) as e:
+        raise BoboxError(str(e)) from None
 
 
 def _latency_summary(samples_ns: list) -> dict | None:

@@ -70,6 +70,10 @@ each gets it (each module's doc gives its protocol):
   that carry no data (stop, suspend: the reader acts on nothing the writer stored
   before), so an atomic store and load is all they need; the lost-wake-up argument
   runs under the record's condition lock;
+* ``trace/recorder.py``: a worker's trace buffer has one writer (its thread) and is
+  read only after that thread was joined (a join orders all of it); the events of other
+  threads go through the tracer's lock; ``core/port.py``'s ``CountingPort.rows`` has one
+  writer, the consumer, which is also its one reader;
 * ``core/precompile.py``: no worker may call a numba dispatcher while it compiles (numba
   does not order the two without the GIL): every cached signature is loaded before the
   workers start; a compile on a worker is reported;

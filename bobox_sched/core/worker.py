@@ -88,6 +88,8 @@ class Worker:
         self.loc_samples = 0
         self.loc_pages = 0
         self.loc_local = 0
+        self.stolen_from = -1  # the victim of the last steal (set by policies.base.steal)
+        self.trace = None  # this worker's trace buffer while the run is traced (bobox_sched/trace)
         self.thread = RuntimeThread(
             self._main,
             f"bobox-{scheduler.policy.name}-w{wid}" + (f"-n{self.node_id}" if node is not None else ""),
@@ -122,6 +124,9 @@ class Worker:
         self._bind_to_node()
         next_task = self.scheduler.policy.next_task
         run_task = self.scheduler.policy.run_task
+        if self.trace is not None:
+            self._main_traced(next_task, run_task)
+            return
         if not self.scheduler.task_stats:
             self._main_lean(next_task, run_task)
             return
@@ -146,6 +151,64 @@ class Worker:
             # Drop our references before possibly sleeping in next_task: a sleeping
             # worker must not pin the last request's operators and packets.
             task = req = None
+
+    def _main_traced(self, next_task, run_task) -> None:
+        """The loop of a traced run (``Scheduler(trace=...)``): ``_main``'s steps and
+        counters, plus one record per task in this worker's own trace buffer
+        (``bobox_sched/trace/recorder.py`` states what and its protocol). Chosen once at
+        the thread's start: a run without a tracer never enters it. ``t0``/``t1`` are
+        the clock reads that ``busy_ns`` sums, so the trace's per-worker busy time is
+        the stats' busy time exactly."""
+        clock = time.perf_counter_ns
+        wid = self.id
+        tr = self.trace
+        tasks, sleeps, memory = tr.tasks, tr.sleeps, tr.memory
+        totals = self.scheduler.bytes
+        from bobox_sched.trace.recorder import MEMORY_SAMPLE_NS
+
+        while True:
+            s0 = self.sleeps
+            tn = clock()
+            try:
+                task = next_task(self)
+            except Exception as e:  # noqa: BLE001 - a policy bug must not kill the worker
+                task = self._retry_next_task(next_task, e)
+            if task is None:
+                return
+            self.tasks += 1
+            req = task.req
+            step = self.last_step
+            req.wsteps[wid][step] += 1  # this worker's row: no other writer
+            victim = self.stolen_from if step == 4 else -1
+            ports = getattr(task, "inq", ())
+            rows0 = 0
+            for q in ports:
+                rows0 += getattr(q, "rows", 0)
+            rel0 = self.released_ns
+            t0 = clock()
+            if self.sleeps != s0:
+                sleeps.append((tn, t0))
+            try:
+                run_task(self, task)
+            except BaseException as e:  # noqa: BLE001 - a runtime bug must not kill the worker
+                req.fail(e, task)
+            t1 = clock()
+            self.busy_ns += t1 - t0
+            rows = -rows0
+            for q in ports:
+                rows += getattr(q, "rows", 0)
+            tasks.append((t0, t1, task.name, req.id, step, rows, self.released_ns - rel0, victim))
+            if t1 >= tr.next_sample:
+                tr.next_sample = t1 + MEMORY_SAMPLE_NS
+                by_req = {}
+                held = 0
+                for acc in totals._accounts:  # lock-free, as ByteTotals._sample reads them
+                    h = acc._held
+                    held += h
+                    if h:
+                        by_req[getattr(acc, "rid", -1)] = h
+                memory.append((t1, held, by_req))
+            task = req = ports = None
 
     def _main_lean(self, next_task, run_task) -> None:
         """The loop of ``Scheduler(task_stats=False)``: no clock read and no per-request

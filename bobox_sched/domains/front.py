@@ -375,7 +375,8 @@ class DomainFront:
     """A Scheduler's runtime split over domain processes (module doc). ``Scheduler(...,
     domains=...)`` makes one when the layout has domains."""
 
-    def __init__(self, places: list[tuple[list[int], int | None]], kwargs: dict, topology=None, domain_init=None):
+    def __init__(self, places: list[tuple[list[int], int | None]], kwargs: dict, topology=None, domain_init=None,
+                 tracer=None):
         import cloudpickle
 
         self._kwargs = {k: v for k, v in kwargs.items() if k != "topology"}
@@ -403,13 +404,25 @@ class DomainFront:
         self._bell_segs: list = []
         self._channels: set = set()  # channel segment names of spanning requests not ended yet
         self._span_policy = self._kwargs.get("policy", "bobox") in ("bobox", "simple")
+        # A traced run (trace=): each domain traces itself into a part file of a private
+        # folder, written by its own Scheduler's shutdown; _join merges the parts into the
+        # front's tracer once every domain has exited (chrome.merge), and writes it there
+        # if it has a path. begin_window goes to every domain (a "window" message).
+        self.tracer = tracer
+        self._trace_dir = None
+        if tracer is not None:
+            import tempfile
+
+            self._trace_dir = tempfile.mkdtemp(prefix="bobox-trace-")
+            tracer.meta = {"policy": self._kwargs.get("policy", "bobox"), "pid": os.getpid(), "domains": len(places)}
+            tracer.window_hooks.append(self._trace_window)
         _lifecycle.adopt(self)
         doms: list[_Domain] = []
         try:
             for i, (cpus, node) in enumerate(places):
                 doms.append(_Domain(i, cpus, node))
             for d in doms:  # every process imports at the same time; then each answers
-                d.start(self._kwargs, self._init)
+                d.start(self._domain_kwargs(d.slot), self._init)
         except BaseException:
             for d in doms:
                 if d.proc.poll() is None:
@@ -423,6 +436,38 @@ class DomainFront:
 
         set_home(self._share)  # read-only data loaded from now on goes into shared memory
         self.policy_name = self._kwargs.get("policy", "bobox")
+
+    # -- tracing ----------------------------------------------------------------------------
+    def _domain_kwargs(self, slot: int) -> dict:
+        if self._trace_dir is None:
+            return self._kwargs
+        return dict(self._kwargs, trace=os.path.join(self._trace_dir, f"domain-{slot}.json"))
+
+    def _trace_window(self, ns: int) -> None:
+        for d in self._live():
+            self._ask(d, ("window", None, ns))
+
+    def _collect_trace(self) -> None:
+        """Every domain has exited: its part is complete (written at its shutdown). Merge
+        them into the front's tracer, write it where it has a path, remove the parts."""
+        import shutil
+
+        from bobox_sched.trace import chrome
+
+        folder, self._trace_dir = self._trace_dir, None
+        if folder is None:
+            return
+        try:
+            parts = []
+            for slot in range(len(self._places)):
+                f = os.path.join(folder, f"domain-{slot}.json")
+                if os.path.exists(f):
+                    parts.append((slot, chrome.load(f)))
+            self.tracer.parts = parts
+            if self.tracer.path is not None:
+                self.tracer.write()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     # -- the reader of each domain --------------------------------------------------------
     def _reader(self, d: _Domain) -> None:
@@ -521,7 +566,7 @@ class DomainFront:
             return
         try:  # a fresh domain on the same CPUs
             nd = _Domain(d.slot, d.cpus, d.node)
-            nd.start(self._kwargs, self._init)
+            nd.start(self._domain_kwargs(d.slot), self._init)
         except Exception as e:  # noqa: BLE001 - the slot stays empty: _pick raises for it from now on
             with self._lock:
                 self._dead[d.slot] = f"domain {d.slot} (CPUs {cpu_ranges(d.cpus)}) died and could not be restarted: {e}"
@@ -952,13 +997,15 @@ class DomainFront:
             if d.reader is not None:
                 d.reader.join()
         own = [d for d in doms if d.reader is me]
+        if not own:
+            self._collect_trace()
         self._unlink_channels(list(self._channels))
         for seg in self._bell_segs:
             seg.unlink()
         if not own:
             self._unlink_made(doms)
         else:  # what the domains made and the shared arrays go once that domain has ended too
-            threading.Thread(target=lambda: (own[0].proc.wait(), self._unlink_made(doms)),
+            threading.Thread(target=lambda: (own[0].proc.wait(), self._collect_trace(), self._unlink_made(doms)),
                              name="bobox-domains-closer").start()
 
     def _unlink_made(self, doms: list) -> None:
@@ -1002,7 +1049,10 @@ def make_front(args: tuple, kwargs: dict, domains, domain_workers):
         return None
     if kwargs.get("topology") is not None:
         raise ValueError("Scheduler(domains=...) probes each domain's machine itself: pass no topology")
-    return DomainFront(places, kwargs, topo, init)
+    from bobox_sched.core.scheduler import _make_tracer
+
+    tracer = _make_tracer(kwargs.pop("trace", None))  # the path checked before any domain starts
+    return DomainFront(places, kwargs, topo, init, tracer)
 
 
 __all__ = ["DEFAULT_DOMAIN_WORKERS", "DomainDied", "DomainFront", "DomainHandle", "cpu_ranges", "gil_enabled", "layout",

@@ -30,6 +30,9 @@ front -> domain                             domain -> front
                                             final ones and the failed operator, after
                                             the payload)
 ``("reset_peak",)``                         (none)
+``("window", token, ns)``                   ``("stats", token, traced)``: the trace's
+                                            window begins at `ns` (perf_counter_ns: one
+                                            clock for every process of the machine)
 ``("cpu", token)``                          ``("stats", token, (cpu_s, wait_s))``: its
                                             workers' time on a CPU and waiting for one
 ``("rss", token)``                          ``("stats", token, bytes)``: its peak RSS
@@ -273,6 +276,10 @@ def main(fd: int) -> None:
                 send(("stats", msg[1], None if h is None else _stats_of(h)))
             elif tag == "reset_peak":
                 sched.reset_peak()
+            elif tag == "window":  # Tracer.begin_window of the front's tracer, at the front's clock reading
+                if sched.tracer is not None:
+                    sched.tracer.begin_window(msg[2])
+                send(("stats", msg[1], sched.tracer is not None))
             elif tag == "cpu":
                 send(("stats", msg[1], _worker_cpu(sched)))
             elif tag == "rss":

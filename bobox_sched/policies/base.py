@@ -149,5 +149,6 @@ def steal(w, victims):
             w.last_step = 4
             w.steps[4] += 1
             w.steals += 1
+            w.stolen_from = other.id  # a trace's steal arrow (bobox_sched/trace)
             return op
     return None

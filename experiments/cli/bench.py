@@ -96,7 +96,8 @@ def run(args) -> int:
         print(f"{r['policy']}: {r['bobox_us_per_task']:.2f} us/task ({r['bobox_no_stats_us_per_task']:.2f} with "
               f"task_stats=False); ThreadPoolExecutor: {r['threadpool_us_per_task']:.2f} us/task; ratio "
               f"{r['ratio']:.2f}x ({r['ratio_no_stats']:.2f}x without task statistics; {r['workers']} workers, "
-              f"{r['tasks_per_run']} tasks per run)")
+              f"{r['tasks_per_run']} tasks per run); traced: {r['bobox_traced_us_per_task']:.2f} us/task "
+              f"({r['trace_on_cost']:.2f}x untraced)")
     elif args.bench == "speedup":
         r = bench_speedup(args.packets, args.rounds, args.requests, args.repeat, args.policy, args.packet_bytes)
         print(f"{r['policy']}: 1 worker {r['t1_s']} s, {r['workers']} workers {r['tall_s']} s: speedup "

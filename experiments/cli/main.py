@@ -52,6 +52,11 @@ SUBCOMMANDS = [
      "run TPC-H query requests concurrently (the main job)",
      "Submit the queries N x M times at once and print query times and "
      "scheduler metrics. With no arguments: SF 0.1 data (generated if missing), the query mix."),
+    ("trace", "experiments.cli.trace", "add_arguments", "run",
+     "check a trace of a run, print its per-worker summary, draw its timeline",
+     "Read a Chrome trace written by bobox run --trace (Perfetto and chrome://tracing open it too): "
+     "check it, print tasks, busy and GIL-held time, rows, steals and sleeps per worker, and draw "
+     "the workers x time picture."),
     ("bench", "experiments.cli.bench", "add_arguments", "run",
      "benchmarks: overhead, speedup, locality, queries, gil, packets, ring, domains, idle",
      "Benchmarks of the scheduler. Ratios are measured side by side in one run."),

@@ -41,6 +41,9 @@ def add_run_arguments(p) -> None:
     p.add_argument("--domains", type=domains_arg, metavar="auto|off|N",
                    help="run the runtime in N processes (domains), each pinned to part of the machine; auto: one per "
                    "NUMA node, at most 8 CPUs each (default: off, one process)")
+    p.add_argument("--trace", type=path, metavar="FILE",
+                   help="write a timeline of the timed mix to FILE (Chrome trace JSON: open it in Perfetto or "
+                   "chrome://tracing) and its picture next to it (FILE.png)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -97,6 +100,15 @@ def run(args) -> int:
         from experiments.cli.outputs import check_output_dir
 
         check_output_dir(args.output, "--output")  # before the run, not after it
+    if args.trace is not None:
+        from bobox_sched.trace import check_trace_path
+
+        from experiments.cli.outputs import OutputError
+
+        try:
+            check_trace_path(args.trace)  # before the run, not after it
+        except ValueError as e:
+            raise OutputError(f"--trace: {e}") from None
     from bobox_sched import Scheduler
 
     from experiments.workload import build_plans, check_data, choose_parallel, ensure_data, format_table, run_mix, write_results
@@ -107,6 +119,11 @@ def run(args) -> int:
     data = ensure_data(args.data, args.sf, progress=not args.no_progress)
     check_data(data)  # every column typed as TPC-H says, before any query runs
     dom = {} if args.domains is None else {"domains": args.domains, "domain_init": released.enable}
+    tracer = None
+    if args.trace is not None:
+        from bobox_sched.trace import Tracer
+
+        tracer = dom["trace"] = Tracer(label="bobox " + " ".join(getattr(args, "argv", [])))
     with Scheduler(policy=args.policy, threads_per_node=args.threads_per_node, packet_bytes=args.packet_bytes,
                    **dom) as s:
         requests = len(queries) * args.concurrency * args.repeat
@@ -125,14 +142,32 @@ def run(args) -> int:
                 h.result()
         else:
             run_mix(s, plans, 1, progress=False)
+        if tracer is not None:
+            tracer.begin_window()  # the timed mix only
         res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
     print(format_table(res))
+    if tracer is not None:
+        write_trace(tracer, args.trace)
     if args.output is not None:
         paths = write_results(res.results, args.output, command=["bobox", *getattr(args, "argv", [])])
         print(f"wrote {len(paths)} result files to {args.output}/")
     if args.json:
         print(json.dumps(res.summary()))
     return 1 if res.mismatches else 0
+
+
+def write_trace(tracer, path) -> None:
+    """``--trace FILE``: the trace (atomically) and its picture next to it."""
+    from bobox_sched.trace import chrome
+
+    from experiments.trace_view import png_beside, timeline_png
+
+    doc = tracer.document()
+    chrome.write(doc, path)
+    tasks = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "task")
+    png = png_beside(path)
+    timeline_png(doc, png)
+    print(f"wrote trace {path} ({tasks} tasks; open it in Perfetto or chrome://tracing) and its picture {png}")
 
 
 def add_datagen_arguments(p) -> None:

@@ -276,6 +276,9 @@ class BoboxPolicy(Policy):
         request.migrations += 1
         with self._stats_lock:
             self.migrations += 1
+        tr = self.scheduler.tracer
+        if tr is not None:
+            tr.action("migrate", request.id, src.os_index, dst.os_index)
         self._wake(dst, True)
         return True
 
@@ -287,10 +290,14 @@ class BoboxPolicy(Policy):
                 return False
             with dst.lock:
                 dst.add_request(request)
+            owner = request.nodes[0].os_index
             request.nodes = request.nodes + [dst]
         request.shares += 1
         with self._stats_lock:
             self.shares += 1
+        tr = self.scheduler.tracer
+        if tr is not None:
+            tr.action("share", request.id, owner, dst.os_index)
         self._wake(dst, True)
         return True
 
