@@ -278,6 +278,12 @@ class SchedulerCore:
             self.precompiled = _pre.precompile()
             if FENCED:
                 _pre.watch()
+        self._start_threads()
+
+    def _start_threads(self) -> None:
+        """Start the workers, the policy's threads and the timer thread. (The simulator's
+        core, ``bobox_sched/sim``, starts none: its virtual workers are driven on a
+        virtual clock by the unchanged policy code.)"""
         _lifecycle.adopt(self)  # shut down at interpreter exit (SchedulerShutdown once exiting)
         for w in self.workers:
             w.start()

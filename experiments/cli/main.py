@@ -57,6 +57,11 @@ SUBCOMMANDS = [
      "Read a Chrome trace written by bobox run --trace (Perfetto and chrome://tracing open it too): "
      "check it, print tasks, busy and GIL-held time, rows, steals and sleeps per worker, and draw "
      "the workers x time picture."),
+    ("simulate", "experiments.cli.simulate", "add_arguments", "run",
+     "simulate a policy on a machine you may not have (virtual workers, virtual clock)",
+     "Run the unchanged scheduling policy (bobox or simple) on virtual workers and a virtual clock, on this "
+     "machine, a captured sysfs tree or a described one ('4 nodes x 16 cores, smt 2'), over one seed or many, "
+     "checking the runtime's invariants at every step; --trace writes the run in the trace format of real runs."),
     ("bench", "experiments.cli.bench", "add_arguments", "run",
      "benchmarks: overhead, speedup, locality, queries, gil, packets, ring, domains, idle",
      "Benchmarks of the scheduler. Ratios are measured side by side in one run."),

@@ -158,11 +158,15 @@ def run(args) -> int:
 
 def write_trace(tracer, path) -> None:
     """``--trace FILE``: the trace (atomically) and its picture next to it."""
+    write_trace_doc(tracer.document(), path)
+
+
+def write_trace_doc(doc, path) -> None:
+    """A trace document to `path` (atomically) and its picture next to it."""
     from bobox_sched.trace import chrome
 
     from experiments.trace_view import png_beside, timeline_png
 
-    doc = tracer.document()
     chrome.write(doc, path)
     tasks = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "task")
     png = png_beside(path)

@@ -1,0 +1,347 @@
+"""The simulator: the unchanged scheduling policy on virtual workers and a virtual clock.
+
+A :class:`Simulation` makes a real ``SchedulerCore`` for the machine it simulates (the
+policy's own ``create_workers``, per-node state, pools, requests), whose threads never
+start (:class:`VirtualCore`). One thread, this one, then plays every worker, in virtual
+time, through a heap of events ordered by (time, sequence number):
+
+* **look** (a worker wants work): the policy's own task search (``find_task``: bobox's
+  locality order, simple's own list then round-robin stealing). Found: the task
+  *starts*. Not found: the policy's own sleeping step (bobox: ``try_sleep``, its sleeping
+  rule, and the worker's park lock; simple: its one counting semaphore, a FIFO of
+  sleepers here);
+* **end** (a task's virtual time is over): the runtime's own ``run_task`` runs the
+  operator now -- it takes its input, sends its packets, and delivery pushes the tasks it
+  triggers through the policy (``push_immediate``, ``push_deferred``, wake-ups), exactly
+  as on a worker thread; then the worker looks again;
+* **submit** (a request arrives: ``SchedulerCore.submit``, the policy's placement), and
+  **balance** (the policy's balancing round, ``balance_once``, every ``balance_ns``).
+
+After every event the simulator looks at each sleeping worker's park lock (or the
+semaphore): a waker that released it has woken that worker, who looks again
+``wake_ns`` later.
+
+Time (``costs``): a task's duration is decided when it starts, from the rows waiting in
+its inputs and its operator's :class:`~bobox_sched.sim.workload.Cost`: the GIL-held part
+(plus the scheduler's own ``sched_ns`` per task) queues for the interpreter's one GIL --
+a FIFO resource, so that past some number of workers they wait for each other (the
+plateau measured on 16 cores) -- then the released part runs at the local rate times the
+NUMA penalty when the packet's home node is another node than the worker's
+(``1 + numa * (distance / local - 1)``), times a per-task jitter drawn from the seed.
+
+Invariants, checked at every step (a :class:`Violation` names the first one broken):
+a task is never handed to two workers at once; no worker sleeps with tasks in its own
+list (bobox; simple's workers sleep on one semaphore, a permit per task, and any of them
+takes any list's task); when nothing is left to happen, no request is unfinished (a lost wake-up or a lost
+task) and no livelock (events going on for ``STALL_NS`` of virtual time without a task
+ending); every request's sink got every row its source sent, once; the packet memory
+held returns to zero.
+
+Determinism: the same machine, work, policy and seed give the same events in the same
+order, hence a byte-identical trace (``bobox_sched/trace``'s format, with virtual times):
+the policies' only inputs from outside are overridden (a node's free memory is its
+description's), the generator is seeded, the heap breaks ties by sequence number.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from bobox_sched.core.scheduler import SchedulerCore
+from bobox_sched.sim.workload import Cost, home_node, queued_rows
+from bobox_sched.trace.recorder import MEMORY_SAMPLE_NS, Tracer, WorkerTrace
+
+
+# Virtual time without a task ending, with events still happening, that counts as a livelock
+# (a worker the sleeping rule keeps awake with nothing it can find, forever): far longer than
+# any task of the workloads simulated here (milliseconds).
+STALL_NS = 10_000_000_000
+
+
+class Violation(AssertionError):
+    """A runtime invariant broken in a simulation (its message names it and the time)."""
+
+
+class VirtualCore(SchedulerCore):
+    """A SchedulerCore whose threads never start: the simulation plays its workers."""
+
+    def _start_threads(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The machine's costs outside the operators (module doc), in nanoseconds.
+
+    Defaults, measured on this project's 2-vCPU VM: ``sched_ns`` 3,500, the scheduler's
+    own work per task (``bobox bench overhead``: 3.5 us a trivial task, 2026-12-02);
+    ``wake_ns`` 7,000, waking a sleeping worker (``bobox bench ring``: a sleeping
+    consumer adds ~7 us, measurements/2026-11-28-domains-span); ``numa`` 0.5, a remote
+    packet's kernel time grows by half the distance ratio's excess (21/10: 1.55x, within
+    the 1.3-1.7x NUMA factors ``bobox topology --numa-factor`` reports on two-socket
+    hosts); ``jitter`` 0.1, the spread of a task's time around its cost (log-normal
+    sigma); ``balance_ns`` 100 ms, the bobox balancer's period."""
+
+    sched_ns: float = 3_500.0
+    wake_ns: float = 7_000.0
+    numa: float = 0.5
+    jitter: float = 0.1
+    balance_ns: int = 100_000_000
+
+
+class Simulation:
+    """One simulated run (module doc): `plans` submitted at `arrivals_ns` (default: all
+    at time 0) on `topology` under `policy`."""
+
+    def __init__(self, topology, plans, policy: str = "bobox", threads_per_node: int | None = None,
+                 seed: int = 0, costs: Costs | None = None, arrivals_ns=None, label: str | None = None):
+        self.costs = costs or Costs()
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.core = VirtualCore(topology=topology, policy=policy, threads_per_node=threads_per_node, pin=False,
+                                balance_interval=None)
+        self.policy = self.core.policy
+        self.workers = list(self.core.workers)
+        self.topology = topology
+        for nd in getattr(self.policy, "nodes", ()):  # the policy's only outside input: a node's free memory
+            mem = topology.node(nd.os_index).free_bytes
+            nd._free, nd._free_t = mem or 0, math.inf
+        if hasattr(self.policy, "try_sleep"):
+            self.wait_kind = "park"
+        elif hasattr(self.policy, "sem"):
+            self.wait_kind = "sem"
+        else:
+            raise ValueError(f"the {self.policy.name} policy cannot be simulated (it has neither a per-worker park "
+                             "nor one semaphore to sleep on)")
+        self.local = min(min(n.distances) for n in topology.nodes) if topology.nodes else 10
+        self.node_index = {n.os_index: i for i, n in enumerate(topology.nodes)}
+        self.plans = list(plans)
+        self.arrivals = list(arrivals_ns) if arrivals_ns is not None else [0] * len(self.plans)
+        if len(self.arrivals) != len(self.plans):
+            raise ValueError("one arrival time per plan")
+        self.now = 0
+        self._heap: list = []
+        self._seq = 0
+        self._permits: set = set()  # workers holding a semaphore permit (simple's sleeping)
+        self.running: dict = {}  # id(task) -> worker
+        self.sleeping: dict = {}  # worker -> time it fell asleep (insertion order: FIFO for the semaphore)
+        self.gil_free = 0  # when the interpreter's GIL is next free
+        self.handles: list = []
+        self.expected: dict = {}  # request id -> rows its sources send
+        self.done: set = set()
+        self.events = 0
+        self.tracer = Tracer(label=label)
+        self.tracer.t0 = 0
+        self.tracer.wall0 = 0.0
+        self.tracer.meta = {"policy": self.policy.name, "simulated": True, "machine": topology.root, "seed": seed,
+                            "nodes": [n.os_index for n in topology.cpu_nodes]}
+        self.traces = {}
+        for w in self.workers:
+            wt = WorkerTrace(w.id, w.node_id, f"sim-w{w.id}")
+            self.traces[w.id] = wt
+            self.tracer.workers.append(wt)
+        self.next_sample = 0
+        self.last_progress = 0  # when a task last ended (or the last request arrived): the livelock check
+
+    # -- the event heap ---------------------------------------------------------------------
+    def _push(self, t: float, kind: str, x=None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (int(t), self._seq, kind, x))
+
+    def _fail(self, what: str) -> None:
+        raise Violation(f"t={self.now / 1e6:.3f} ms: {what}")
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Play every event; returns the run's figures (``summary``). Raises
+        :class:`Violation` at the first broken invariant."""
+        for t, plan in sorted(zip(self.arrivals, self.plans), key=lambda x: x[0]):
+            self._push(t, "submit", plan)
+        for w in self.workers:
+            self._push(0, "look", w)
+        if hasattr(self.policy, "migrate") and len(self.topology.cpu_nodes) > 1:
+            self._push(self.costs.balance_ns, "balance")
+        heap = self._heap
+        while heap:
+            t, _, kind, x = heapq.heappop(heap)
+            self.now = t
+            self.events += 1
+            if t - self.last_progress > STALL_NS:
+                self._fail(f"livelock: events go on but no task ended for {STALL_NS / 1e9:.0f} s of virtual time")
+            if kind == "end":
+                self._end(*x)
+            elif kind == "look":
+                self._look(x)
+            elif kind == "submit":
+                self._submit(x)
+            elif kind == "balance":
+                self._balance()
+            self._after_event()
+        self._final_checks()
+        return self.summary()
+
+    def _submit(self, plan) -> None:
+        h = self.core.submit(plan)
+        self.last_progress = self.now
+        self.handles.append(h)
+        req = h._request
+        self.expected[req.id] = sum(t.op.packets * t.op.rows for t in req.tasks.values() if hasattr(t.op, "packets"))
+        self.tracer.requests[req.id] = [req.name or "", self.now, None, None]
+
+    def _balance(self) -> None:
+        from bobox_sched.policies.bobox.balancer import balance_once
+
+        for kind, rid, src, dst in balance_once(self.policy):
+            self.tracer.actions.append((self.now, kind, rid, src, dst))
+        # Again while anything else can happen: with nothing else queued every worker sleeps, and a
+        # balancing round acts only on a node none of whose workers sleeps.
+        if len(self.done) < len(self.plans) and self._heap:
+            self._push(self.now + self.costs.balance_ns, "balance")
+
+    def _look(self, w) -> None:
+        if self.wait_kind == "sem" and w not in self._permits:
+            if not self.policy.sem.acquire(False):
+                w.steps[5] += 1
+                w.sleeps += 1
+                self.sleeping[w] = self.now
+                return
+            self._permits.add(w)
+        task = self.policy.find_task(w)
+        if task is None:
+            if self.wait_kind == "sem":
+                self._fail(f"worker {w.id} holds a semaphore permit and finds no task")
+            if self.policy.try_sleep(w):
+                if w.imm:
+                    self._fail(f"worker {w.id} went to sleep with {len(w.imm)} tasks in its own list")
+                self.sleeping[w] = self.now
+            else:  # the sleeping rule kept it awake: it looks again (the real loop spins)
+                self._push(self.now + self.costs.sched_ns, "look", w)
+            return
+        self._permits.discard(w)
+        self._start(w, task)
+
+    def _start(self, w, task) -> None:
+        key = id(task)
+        if key in self.running:
+            self._fail(f"task {task.name} of request {task.req.id} handed to worker {w.id} while worker "
+                       f"{self.running[key].id} runs it")
+        self.running[key] = w
+        op = task.op
+        rows = op.sim_rows(task) if hasattr(op, "sim_rows") else queued_rows(task)
+        held, rel = getattr(op, "cost", Cost()).of(rows)
+        held += self.costs.sched_ns
+        home = home_node(task)
+        if home is not None and w.node_id is not None and home != w.node_id and home in self.node_index:
+            d = self.topology.nodes[self.node_index[w.node_id]].distances[self.node_index[home]]
+            rel *= 1 + self.costs.numa * (d / self.local - 1)
+        if self.costs.jitter:
+            f = float(np.exp(self.rng.normal(0.0, self.costs.jitter)))
+            held, rel = held * f, rel * f
+        start = max(self.now, self.gil_free)  # the GIL: one queue per interpreter
+        self.gil_free = start + held
+        end = start + held + rel
+        step = w.last_step
+        victim = w.stolen_from if step == 4 else -1
+        self._push(end, "end", (w, task, self.now, int(rel), step, victim, rows))
+
+    def _end(self, w, task, t0, rel, step, victim, rows) -> None:
+        del self.running[id(task)]
+        self.last_progress = self.now
+        req = task.req
+        w.tasks += 1
+        req.wsteps[w.id][step] += 1
+        self.policy.run_task(w, task)
+        w.busy_ns += self.now - t0
+        w.released_ns += rel
+        self.traces[w.id].tasks.append((t0, self.now, task.name, req.id, step, rows, rel, victim))
+        for h in self.handles:
+            rid = h.id
+            if rid not in self.done and h.done():
+                self.done.add(rid)
+                rec = self.tracer.requests[rid]
+                rec[2], rec[3] = self.now, h._request.state
+        if self.now >= self.next_sample:
+            self.next_sample = self.now + MEMORY_SAMPLE_NS
+            by_req, held = {}, 0
+            for acc in self.core.bytes._accounts:
+                b = acc._fold()
+                held += b
+                if b:
+                    by_req[acc.rid] = b
+            self.traces[w.id].memory.append((self.now, held, by_req))
+        self._push(self.now, "look", w)
+
+    def _after_event(self) -> None:
+        if not self.sleeping:
+            return
+        if self.wait_kind == "park":
+            woken = [w for w in self.sleeping if w.park.acquire(False)]
+        else:
+            woken = []
+            for w in self.sleeping:
+                if not self.policy.sem.acquire(False):
+                    break
+                woken.append(w)
+                self._permits.add(w)
+        for w in woken:
+            t_sleep = self.sleeping.pop(w)
+            w.wakeups += 1
+            t = self.now + self.costs.wake_ns
+            self.traces[w.id].sleeps.append((t_sleep, t))
+            self._push(t, "look", w)
+        if self.wait_kind == "park":  # (simple's workers may sleep with tasks in their lists: a permit each)
+            for w in self.sleeping:
+                if w.imm:
+                    self._fail(f"worker {w.id} sleeps with {len(w.imm)} tasks in its own list")
+
+    def _final_checks(self) -> None:
+        unfinished = [h for h in self.handles if not h.done()]
+        if unfinished:
+            queued = sum(len(w.imm) for w in self.workers) + sum(len(h._request.deferred) for h in unfinished)
+            self._fail(f"lost wake-up: nothing is left to happen but {len(unfinished)} requests are unfinished "
+                       f"({queued} tasks queued, {len(self.sleeping)} of {len(self.workers)} workers asleep)")
+        for h in self.handles:
+            exc = h.exception(0)
+            if exc is not None:
+                self._fail(f"request {h.id} failed: {type(exc).__name__}: {exc}")
+            got = h.result(0).get("rows") if isinstance(h.result(0), dict) else None
+            want = self.expected.get(h.id)
+            if got is not None and want is not None and got != want:
+                self._fail(f"request {h.id}: its sink got {got} rows, its sources sent {want}")
+        held = self.core.bytes._collect()[2]
+        if held:
+            self._fail(f"{held} bytes of packet memory still held after every request ended")
+
+    # -- results ------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        span = max((wt.tasks[-1][1] for wt in self.traces.values() if wt.tasks), default=0)
+        busy = sum(w.busy_ns for w in self.workers)
+        return {
+            "policy": self.policy.name, "machine": self.topology.root, "seed": self.seed,
+            "workers": len(self.workers), "nodes": len(self.topology.cpu_nodes), "requests": len(self.handles),
+            "makespan_ms": round(span / 1e6, 4),
+            "tasks": sum(w.tasks for w in self.workers), "steals": sum(w.steals for w in self.workers),
+            "sleeps": sum(w.sleeps for w in self.workers), "migrations": getattr(self.policy, "migrations", 0),
+            "shares": getattr(self.policy, "shares", 0), "events": self.events,
+            "busy_ms": round(busy / 1e6, 4),
+            "utilisation": round(busy / (span * len(self.workers)), 4) if span else 0.0,
+            "steps": {str(k): sum(w.steps[k] for w in self.workers) for k in range(1, 6)},
+        }
+
+    def document(self) -> dict:
+        """The run's Chrome trace (virtual times; ``bobox_sched/trace/chrome.py``)."""
+        return self.tracer.document()
+
+
+def simulate(topology, plans, **kw) -> tuple[dict, dict]:
+    """Run one simulation: (its summary, its trace document)."""
+    sim = Simulation(topology, plans, **kw)
+    out = sim.run()
+    return out, sim.document()
+
+
+__all__ = ["Costs", "Simulation", "Violation", "VirtualCore", "simulate"]

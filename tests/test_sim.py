@@ -1,0 +1,171 @@
+"""The simulator (issue 34, bobox_sched/sim): the unchanged policies on virtual workers and
+a virtual clock; determinism, the invariants over many seeds, planted bugs caught, the
+trace format, machine descriptions, the command."""
+
+import json
+
+import pytest
+
+from bobox_sched import policies  # noqa: F401 - registers the policies
+from bobox_sched.core import extensions
+from bobox_sched.policies.bobox.policy import BoboxPolicy
+from bobox_sched.sim import Costs, Simulation, Violation, chain_mix, describe, machine, simulate
+from bobox_sched.trace import chrome
+from topology.errors import TopologyError
+
+SIM_POLICIES = ["bobox", "simple"]
+
+
+def run(spec="2x4", requests=6, seed=0, policy="bobox", **kw):
+    plans = chain_mix(requests, length=3, packets=12, rows=1024, seed=seed)
+    return simulate(describe(spec), plans, policy=policy, seed=seed, **kw)
+
+
+def test_the_same_seed_gives_a_byte_identical_trace_and_another_seed_another():
+    a = json.dumps(run(seed=7)[1])
+    assert a == json.dumps(run(seed=7)[1])
+    assert a != json.dumps(run(seed=8)[1])
+
+
+@pytest.mark.parametrize("policy", SIM_POLICIES)
+@pytest.mark.parametrize("spec", ["1x1", "1x2", "2x2", "2 nodes x 3 cores, smt 2", "4x2"])
+def test_invariants_hold_over_random_seeds(policy, spec):
+    for seed in range(8):
+        out, doc = run(spec, requests=5, seed=seed, policy=policy,
+                       arrivals_ns=[seed * 10_000 * k for k in range(5)])
+        assert out["requests"] == 5 and out["tasks"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", SIM_POLICIES)
+def test_invariants_hold_over_1000_seeds_each(policy):
+    specs = ["1x2", "2x2", "2 nodes x 2 cores, smt 2", "4x1", "3x3"]
+    for seed in range(1000):
+        spec = specs[seed % len(specs)]
+        plans = chain_mix(1 + seed % 6, length=1 + seed % 4, packets=1 + seed % 9, rows=256, seed=seed)
+        arrivals = [(seed * 7919 * k) % 3_000_000 for k in range(len(plans))]
+        Simulation(describe(spec), plans, policy=policy, seed=seed, arrivals_ns=arrivals,
+                   costs=Costs(jitter=0.5, balance_ns=2_000_000)).run()
+
+
+def test_a_simulated_trace_is_valid_and_its_busy_time_is_the_workers():
+    sim = Simulation(describe("2x4"), chain_mix(8, packets=10), seed=1)
+    out = sim.run()
+    doc = sim.document()
+    assert chrome.validate(doc) == []
+    busy = chrome.busy_by_worker(doc)
+    for w in sim.workers:
+        assert abs(busy.get((chrome.node_pid(w.node_id), w.id), 0.0) * 1000 - w.busy_ns) <= w.tasks + 1
+    assert sum(1 for e in doc["traceEvents"] if e.get("ph") == "b") == 8
+    assert out["tasks"] == sum(w.tasks for w in sim.workers) == len(
+        [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "task"])
+
+
+def test_the_gil_is_a_queue_more_workers_stop_helping():
+    # GIL-bound chains (60 % of a task with the GIL held): past ~1 / 0.6 workers they wait for
+    # each other, so 16 workers are barely faster than 4; nogil chains keep scaling
+    def span(cores, share):
+        plans = chain_mix(32, length=3, packets=16, rows=4096, seed=1, gil_share=share)
+        return Simulation(describe(f"1x{cores}"), plans, seed=1, costs=Costs(jitter=0.0)).run()["makespan_ms"]
+
+    assert span(4, 0.6) / span(16, 0.6) < 1.2
+    assert span(4, 0.01) / span(16, 0.01) > 2.5
+
+
+class LostWakeup(BoboxPolicy):
+    """bobox with a planted bug: a new deferred task never wakes a sleeping worker."""
+
+    def push_deferred(self, request, op, worker) -> None:
+        request.deferred.append((op, None))
+
+
+class RunsTwice(BoboxPolicy):
+    """bobox with a planted bug: a task found is also left in another worker's list."""
+
+    def find_task(self, w):
+        op = super().find_task(w)
+        if op is not None and w.last_step == 1:
+            workers = self.scheduler.workers
+            other = workers[(w.id + 1) % len(workers)]
+            other.imm.append(op)
+        return op
+
+
+class GivesToSleepers(BoboxPolicy):
+    """bobox with a planted bug: a new immediate task goes to a sleeping worker's list,
+    unwoken (the sleeper's own list is only ever run by itself)."""
+
+    def push_immediate(self, worker, op) -> None:
+        idle = worker.node.idle
+        if idle:
+            idle[0].imm.append(op)
+            return
+        super().push_immediate(worker, op)
+
+
+PLANTED = {"bobox-lost-wakeup": LostWakeup, "bobox-runs-twice": RunsTwice, "bobox-gives-to-sleepers": GivesToSleepers}
+
+
+@pytest.fixture
+def planted():
+    for name, cls in PLANTED.items():
+        extensions.register_policy(name, cls)
+    yield
+    for name in PLANTED:
+        extensions.POLICIES._items.pop(name, None)
+
+
+def test_planted_lost_wakeup_is_caught(planted):
+    # the requests arrive once every worker fell asleep: only push_deferred's wake-up could start them
+    with pytest.raises(Violation, match="lost wake-up"):
+        run(policy="bobox-lost-wakeup", arrivals_ns=[1_000_000] * 6)
+    run(policy="bobox", arrivals_ns=[1_000_000] * 6)  # the real one wakes them
+
+
+def test_planted_double_run_is_caught(planted):
+    with pytest.raises(Violation, match="handed to worker"):
+        run(policy="bobox-runs-twice")
+
+
+def test_planted_work_for_a_sleeper_is_caught(planted):
+    with pytest.raises(Violation, match="sleeps with 1 tasks in its own list"):
+        run(spec="1x4", policy="bobox-gives-to-sleepers", requests=2)
+
+
+def test_policies_without_a_sleep_the_simulator_knows_are_refused():
+    with pytest.raises(ValueError, match="cannot be simulated"):
+        Simulation(describe("1x2"), chain_mix(1), policy="ordered")
+
+
+def test_machine_descriptions():
+    t = describe("4 nodes x 16 cores, smt 2, l2 512K, distances 10/32")
+    assert len(t.cpu_nodes) == 4 and len(t.cpus) == 128
+    assert t.nodes[0].distances == (10, 32, 32, 32) and t.cpu(1).siblings == (0, 1)
+    assert all(c.size_bytes == 512 * 1024 for c in t.caches)
+    assert describe("2x3").cpu_nodes[1].cpus == (3, 4, 5)
+    for bad in ("4", "4x", "0x4", "2x2, smt 0", "2x2, l2 big", "2x2, color red", "2x2, distances 30/10"):
+        with pytest.raises(TopologyError, match="machine description"):
+            describe(bad)
+
+
+def test_a_captured_machine_runs(hwloc_trees):
+    topo = machine(str(hwloc_trees["16amd64-8n2c"]))
+    assert len(topo.cpu_nodes) == 8
+    out, doc = simulate(topo, chain_mix(8, packets=8, rows=512), seed=2)
+    assert out["nodes"] == 8 and chrome.validate(doc) == []
+
+
+def test_bobox_simulate_command(tmp_path, capsys):
+    from experiments.cli.main import main
+
+    out = tmp_path / "s.json"
+    assert main(["simulate", "--machine", "2x2", "--requests", "4", "--packets", "4", "--seeds", "3",
+                 "--trace", str(out), "--json", "--no-progress"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(res["runs"]) == 3 and res["violations"] == 0 and [r["seed"] for r in res["runs"]] == [0, 1, 2]
+    assert chrome.validate(chrome.load(out)) == [] and (tmp_path / "s.png").exists()
+    assert main(["simulate", "--machine", "2 by 2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --machine: machine description")
+    assert main(["simulate", "--machine", "2x2", "--trace", str(tmp_path / "no" / "t.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
