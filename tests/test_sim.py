@@ -162,7 +162,7 @@ def test_bobox_simulate_command(tmp_path, capsys):
     assert main(["simulate", "--machine", "2x2", "--requests", "4", "--packets", "4", "--seeds", "3",
                  "--trace", str(out), "--json", "--no-progress"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert len(res["runs"]) == 3 and res["violations"] == 0 and [r["seed"] for r in res["runs"]] == [0, 1, 2]
+    assert len(res["runs"]) == 3 and res["violations"] == 0 and [r["seed"] for r in res["runs"]] == [1, 2, 3]
     assert chrome.validate(chrome.load(out)) == [] and (tmp_path / "s.png").exists()
     assert main(["simulate", "--machine", "2 by 2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

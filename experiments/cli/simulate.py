@@ -24,9 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--length", type=count(64), default=4, metavar="L", help="operators per chain (default 4)")
     p.add_argument("--packets", type=count(100_000), default=64, metavar="P", help="packets per request (default 64)")
     p.add_argument("--rows", type=count(1 << 20), default=4096, metavar="R", help="rows per packet (default 4096)")
-    p.add_argument("--gil-share", type=real(0.99, 0.0, open_min=False), default=0.1, metavar="F",
-                   help="share of a task's time with the GIL held, at the mean cost (default 0.1)")
-    p.add_argument("--seed", type=count(2**62, 0), default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument("--gil-share", type=real(0.99), default=0.1, metavar="F",
+                   help="share of a task's time with the GIL held, at the mean cost, above 0 (default 0.1)")
+    p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
     p.add_argument("--trace", type=path, metavar="FILE",

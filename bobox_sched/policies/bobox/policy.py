@@ -276,7 +276,7 @@ class BoboxPolicy(Policy):
         request.migrations += 1
         with self._stats_lock:
             self.migrations += 1
-        tr = self.scheduler.tracer
+        tr = getattr(self.scheduler, "tracer", None)  # (tests drive the policy with stand-ins)
         if tr is not None:
             tr.action("migrate", request.id, src.os_index, dst.os_index)
         self._wake(dst, True)
@@ -295,7 +295,7 @@ class BoboxPolicy(Policy):
         request.shares += 1
         with self._stats_lock:
             self.shares += 1
-        tr = self.scheduler.tracer
+        tr = getattr(self.scheduler, "tracer", None)  # (tests drive the policy with stand-ins)
         if tr is not None:
             tr.action("share", request.id, owner, dst.os_index)
         self._wake(dst, True)
