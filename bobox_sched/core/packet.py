@@ -244,6 +244,18 @@ class ByteTotals:
         if total > self._peak:
             self._peak = total
 
+    def held_by_request(self) -> tuple[int, dict]:
+        """(bytes held now, {request id: its bytes held} for those holding any): each
+        account folded under its own lock (never called from ``__del__``); the ended
+        accounts are not retired (that is ``_collect``'s). A trace's memory counters."""
+        total, by_req = 0, {}
+        for a in self._accounts:
+            h = a._fold()
+            total += h
+            if h:
+                by_req[a.rid] = h
+        return total, by_req
+
     def _collect(self) -> tuple[int, int, int]:
         """(packets, bytes allocated, bytes held) now; retires the accounts of ended
         requests that hold nothing."""

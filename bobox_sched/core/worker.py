@@ -200,14 +200,7 @@ class Worker:
             tasks.append((t0, t1, task.name, req.id, step, rows, self.released_ns - rel0, victim))
             if t1 >= tr.next_sample:
                 tr.next_sample = t1 + MEMORY_SAMPLE_NS
-                by_req = {}
-                held = 0
-                for acc in totals._accounts:  # lock-free, as ByteTotals._sample reads them
-                    h = acc._held
-                    held += h
-                    if h:
-                        by_req[getattr(acc, "rid", -1)] = h
-                memory.append((t1, held, by_req))
+                memory.append((t1, *totals.held_by_request()))
             task = req = ports = None
 
     def _main_lean(self, next_task, run_task) -> None:

@@ -258,21 +258,14 @@ class Simulation:
         w.busy_ns += self.now - t0
         w.released_ns += rel
         self.traces[w.id].tasks.append((t0, self.now, task.name, req.id, step, rows, rel, victim))
-        for h in self.handles:
-            rid = h.id
-            if rid not in self.done and h.done():
-                self.done.add(rid)
-                rec = self.tracer.requests[rid]
-                rec[2], rec[3] = self.now, h._request.state
+        rid = req.id  # a request ends in one of its own tasks' runs: only this one can have ended now
+        if rid not in self.done and req.future.done():
+            self.done.add(rid)
+            rec = self.tracer.requests[rid]
+            rec[2], rec[3] = self.now, req.state
         if self.now >= self.next_sample:
             self.next_sample = self.now + MEMORY_SAMPLE_NS
-            by_req, held = {}, 0
-            for acc in self.core.bytes._accounts:
-                b = acc._fold()
-                held += b
-                if b:
-                    by_req[acc.rid] = b
-            self.traces[w.id].memory.append((self.now, held, by_req))
+            self.traces[w.id].memory.append((self.now, *self.core.bytes.held_by_request()))
         self._push(self.now, "look", w)
 
     def _after_event(self) -> None:
@@ -308,7 +301,8 @@ class Simulation:
             exc = h.exception(0)
             if exc is not None:
                 self._fail(f"request {h.id} failed: {type(exc).__name__}: {exc}")
-            got = h.result(0).get("rows") if isinstance(h.result(0), dict) else None
+            res = h.result(0)
+            got = res.get("rows") if isinstance(res, dict) else None
             want = self.expected.get(h.id)
             if got is not None and want is not None and got != want:
                 self._fail(f"request {h.id}: its sink got {got} rows, its sources sent {want}")

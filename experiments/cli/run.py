@@ -101,14 +101,7 @@ def run(args) -> int:
 
         check_output_dir(args.output, "--output")  # before the run, not after it
     if args.trace is not None:
-        from bobox_sched.trace import check_trace_path
-
-        from experiments.cli.outputs import OutputError
-
-        try:
-            check_trace_path(args.trace)  # before the run, not after it
-        except ValueError as e:
-            raise OutputError(f"--trace: {e}") from None
+        check_trace_arg(args.trace)  # before the run, not after it
     from bobox_sched import Scheduler
 
     from experiments.workload import build_plans, check_data, choose_parallel, ensure_data, format_table, run_mix, write_results
@@ -147,7 +140,7 @@ def run(args) -> int:
         res = run_mix(s, plans, args.concurrency * args.repeat, progress=not args.no_progress)
     print(format_table(res))
     if tracer is not None:
-        write_trace(tracer, args.trace)
+        write_trace_doc(tracer.document(), args.trace)
     if args.output is not None:
         paths = write_results(res.results, args.output, command=["bobox", *getattr(args, "argv", [])])
         print(f"wrote {len(paths)} result files to {args.output}/")
@@ -156,13 +149,21 @@ def run(args) -> int:
     return 1 if res.mismatches else 0
 
 
-def write_trace(tracer, path) -> None:
-    """``--trace FILE``: the trace (atomically) and its picture next to it."""
-    write_trace_doc(tracer.document(), path)
+def check_trace_arg(path) -> None:
+    """``--trace FILE`` (``bobox run``, ``bobox simulate``): one line if no trace can be
+    written there, before any work."""
+    from bobox_sched.trace import check_trace_path
+
+    from experiments.cli.outputs import OutputError
+
+    try:
+        check_trace_path(path)
+    except ValueError as e:
+        raise OutputError(f"--trace: {e}") from None
 
 
 def write_trace_doc(doc, path) -> None:
-    """A trace document to `path` (atomically) and its picture next to it."""
+    """``--trace FILE``: a trace document to `path` (atomically) and its picture next to it."""
     from bobox_sched.trace import chrome
 
     from experiments.trace_view import png_beside, timeline_png

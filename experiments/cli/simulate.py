@@ -48,12 +48,9 @@ def run(args) -> int:
     except TopologyError as e:
         raise BoboxError(f"--machine: {e}") from None
     if args.trace is not None:
-        from bobox_sched.trace import check_trace_path
+        from experiments.cli.run import check_trace_arg
 
-        try:
-            check_trace_path(args.trace)
-        except ValueError as e:
-            raise BoboxError(f"--trace: {e}") from None
+        check_trace_arg(args.trace)
     workers = sum(min(args.threads_per_node or len(n.cpus), 4096) for n in topo.cpu_nodes)
     print(f"simulating {args.requests} requests (chains of {args.length}, {args.packets} packets of {args.rows} rows, "
           f"GIL share {args.gil_share}) under {args.policy} on {topo.root} ({len(topo.cpu_nodes)} nodes, "
