@@ -6,6 +6,8 @@ workload under a scheduler and under the serial oracle."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from bobox_sched import Plan, Scheduler
@@ -121,6 +123,93 @@ class RandomOp(TransactionalOperator):
         for name, col in eb.columns.items():
             out[name] = col
         return out
+
+
+def random_selectors(kind0, kind1, kind2, kind3, tab0, tab1, tab2, tab3, fun0, fun1, fun2, fun3, stab0, stab1,
+                     stab2, stab3, ckind0, ckind1, ctab0, ctab1, ccode0, ccode1, ctab20, ctab21, kt, ktfs, cs):
+    """RandomProgramOp's pre kernel: per slot j ``kt[:, j]`` = kind * 10 + table and
+    ``ktfs[:, j]`` = kind * 1000 + table * 100 + fun * 10 + source table (0 for the funs
+    without a source); per condition c
+    ``cs[:, c]`` = ckind * 1000 + ctab * 100 + ccode * 10 + (ctab2 if ckind == 2 else 0)."""
+    for r in range(kind0.shape[0]):
+        for j in range(4):
+            if j == 0:
+                k, t, f, s2 = kind0[r], tab0[r], fun0[r], stab0[r]
+            elif j == 1:
+                k, t, f, s2 = kind1[r], tab1[r], fun1[r], stab1[r]
+            elif j == 2:
+                k, t, f, s2 = kind2[r], tab2[r], fun2[r], stab2[r]
+            else:
+                k, t, f, s2 = kind3[r], tab3[r], fun3[r], stab3[r]
+            kt[r, j] = k * 10 + t
+            ktfs[r, j] = k * 1000 + t * 100 + f * 10 + (s2 if f >= 4 else 0)  # FUNS[4:]: with a source
+        for c in range(2):
+            if c == 0:
+                ck, ct, cc, ct2 = ckind0[r], ctab0[r], ccode0[r], ctab20[r]
+            else:
+                ck, ct, cc, ct2 = ckind1[r], ctab1[r], ccode1[r], ctab21[r]
+            cs[r, c] = ck * 1000 + ct * 100 + cc * 10 + (ct2 if ck == 2 else 0)
+
+
+def random_program():
+    """RandomOp's transactions as an access program: the same steps in the same order,
+    each step's compound mask a comparison with one of the pre kernel's selectors. Every
+    step is issued (RandomOp skips the calls no row selects), so it has more, all-NaN,
+    result columns; ``_merge_outputs`` makes the missing ones NaN, which compares equal."""
+    from bobox_sched.txn.program import Col, Derive, Program, Read, ReadModify, Require, Write
+
+    ins = tuple(f"{c}{j}" for c in ("kind", "tab", "fun", "stab") for j in range(SLOTS))
+    ins += ("ckind0", "ckind1", "ctab0", "ctab1", "ccode0", "ccode1", "ctab20", "ctab21")
+    pre = Derive(random_selectors, ins, (("kt", np.int64, SLOTS), ("ktfs", np.int64, SLOTS), ("cs", np.int64, 2)))
+    cyc = Col("cyc")
+    steps = [Require(GT("a", "ck1", ("b", "ck1")), GE("b", "ck1", 0.0), where=cyc),
+             ReadModify("a", "ck1", DEC, param=1.0, src=("b", "ck1"), into="cy0", where=cyc),
+             ReadModify("b", "ck1", ADD_SRC, src=("a", "ck1"), into="cy1", where=cyc),
+             ReadModify("a", "ck2", INC, param=1.0, into="cy2", where=cyc)]
+    tabs = ("a", "b")
+    for c in range(2):
+        for t in range(2):
+            for code, cf in enumerate(CFUNS):
+                steps.append(Require(cf(tabs[t], f"ckey{c}", Col(f"crhs{c}")),
+                                     where=Col("cs")[c] == 1000 + t * 100 + code * 10))
+                for t2 in range(2):
+                    steps.append(Require(cf(tabs[t], f"ckey{c}", (tabs[t2], f"ckey2{c}")),
+                                         where=Col("cs")[c] == 2000 + t * 100 + code * 10 + t2))
+    for j in range(SLOTS):
+        for t in range(2):
+            steps.append(Read(tabs[t], f"key{j}", into=f"r{j}_{t}", where=Col("kt")[j] == READ * 10 + t))
+            steps.append(Write(tabs[t], f"key{j}", f"val{j}", where=Col("kt")[j] == WRITE * 10 + t))
+            for f, fun in enumerate(FUNS):
+                if fun in (ADD_SRC, COPY):
+                    for t2 in range(2):
+                        steps.append(ReadModify(tabs[t], f"key{j}", fun, src=(tabs[t2], f"skey{j}"),
+                                                into=f"m{j}_{t}_{f}_{t2}",
+                                                where=Col("ktfs")[j] == RMW * 1000 + t * 100 + f * 10 + t2))
+                else:
+                    steps.append(ReadModify(tabs[t], f"key{j}", fun, param=f"val{j}", into=f"m{j}_{t}_{f}",
+                                            where=Col("ktfs")[j] == RMW * 1000 + t * 100 + f * 10))
+    intos = [x.into for x in steps if getattr(x, "into", None)]
+    return Program(access=steps, pre=(pre,), emit=("ts", "ok", *intos))
+
+
+class RandomProgramOp(TransactionalOperator):
+    """RandomOp as an access program (``random_program``); its output: ts, ok and every
+    result column, as RandomOp's."""
+
+    def __init__(self, config, executor=0):
+        super().__init__(config, executor)
+        self.program = _random_program()
+
+    def state_access(self, txn, eb):  # never called: the program registers the operations
+        raise AssertionError("an operator with a program does not run state_access")
+
+    def post_process(self, eb):  # never called: the program emits
+        raise AssertionError("an operator with a program does not run post_process")
+
+
+@functools.lru_cache(maxsize=1)
+def _random_program():
+    return random_program()
 
 
 def _merge_outputs(packets) -> dict:

@@ -5,7 +5,8 @@ processed by nogil kernels in rounds, NUMA placement of the chain pools, and the
 MVLK / PAT / No-Lock baselines behind ``TxnConfig(cc=...)``.
 
 Modules: ``table`` (StateTable, StateStore), ``funs`` (Fun, CFun and the generated
-kernels), ``ops`` (the txn handle, EventBlotter), ``operator``
+kernels), ``ops`` (the txn handle, EventBlotter), ``program`` (access programs: the
+three steps declared, run as one kernel call per packet each), ``operator``
 (TransactionalOperator), ``progress`` (the progress controller), ``coordinator``
 (dual-mode scheduling), ``chains`` (a batch's arrays), ``placement`` (numa_mode),
 ``baselines``, ``oracle`` (serial timestamp-order execution), ``kernels`` (the nogil kernels' fragments,
@@ -17,9 +18,11 @@ from bobox_sched.txn.funs import (ADD_SRC, AVG2, COPY, DEC, EQ, GE, GT, INC, LE,
                    register_cfun, register_fun)
 from bobox_sched.txn.operator import TransactionalOperator
 from bobox_sched.txn.ops import EventBlotter, Txn
+from bobox_sched.txn.program import Col, Derive, Program, Read, ReadModify, Require, Write
 from bobox_sched.txn.progress import ProgressController
 from bobox_sched.txn.table import StateStore, StateTable
 
-__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Cond", "DEC", "EQ", "EventBlotter", "Fun", "GE", "GT", "INC", "LE",
-           "LT", "NE", "NUMA_MODES", "ProgressController", "SCHEMES", "SET", "SET_INSERT", "StateStore",
-           "StateTable", "TransactionalOperator", "Txn", "TxnConfig", "register_cfun", "register_fun"]
+__all__ = ["ADD_SRC", "AVG2", "CFun", "COPY", "Col", "Cond", "DEC", "Derive", "EQ", "EventBlotter", "Fun", "GE", "GT",
+           "INC", "LE", "LT", "NE", "NUMA_MODES", "Program", "ProgressController", "Read", "ReadModify", "Require",
+           "SCHEMES", "SET", "SET_INSERT", "StateStore", "StateTable", "TransactionalOperator", "Txn", "TxnConfig",
+           "Write", "register_cfun", "register_fun"]

@@ -13,6 +13,16 @@ Write one by subclassing :class:`TransactionalOperator`::
         def post_process(self, eb):
             return {"ts": eb.ts, "ok": eb.success, "balance": eb["src_balance"]}
 
+or declare the same as an access program (``program.py``: one kernel call per packet for
+the state access, one per derived-column kernel, instead of Python per ``txn`` call)::
+
+    class Transfer(TransactionalOperator):
+        program = Program(
+            access=(Require(GE("accounts", "src", Col("amount"))),
+                    ReadModify("accounts", "src", DEC, param="amount", into="src_balance"),
+                    ReadModify("accounts", "dst", INC, param="amount")),
+            emit=("ts", "ok", "src_balance"))
+
 and run ``config.executors`` instances of it, instance i built with ``executor=i``, each
 fed by a progress controller (``progress.py``): events carry a ``ts`` column and every
 ``interval`` events a ``Batch`` punctuation arrives. ``post_process`` returns a Packet,
@@ -73,6 +83,9 @@ _EOS = END  # end of stream, kept in an instance's inbox after the items before 
 class TransactionalOperator(Operator):
     """Base class of transactional operators (module doc)."""
 
+    # An access program (program.py) instead of the three methods: set it to run pre-
+    # processing, state access and post-processing as kernel calls, one each per packet.
+    program = None
     inputs = ("in",)
     outputs = ("out",)
     punct_in = _model.EXPECTING
@@ -115,8 +128,23 @@ class TransactionalOperator(Operator):
         else:
             self._run_coarse(ctx, st)
 
+    def _register(self, st, packet, buf) -> EventBlotter:
+        """Compute mode for one packet: its blotter, its operations registered in `buf`
+        (by the program's kernels, or by ``pre_process`` and ``state_access``)."""
+        prog = st.prog
+        if prog is not None:
+            eb = prog.blotter(packet)
+            self._check_ts(st, eb)
+            prog.register(eb, buf)
+            return eb
+        eb = self.pre_process(packet)
+        self._check_ts(st, eb)
+        self.state_access(Txn(st.K, buf, self.store, eb), eb)
+        return eb
+
     def _emit(self, ctx, eb) -> None:
-        out = self.post_process(eb)
+        prog = self._tx.prog
+        out = self.post_process(eb) if prog is None else prog.emit(eb)
         if out is None:
             return
         if isinstance(out, dict):
@@ -170,11 +198,7 @@ class TransactionalOperator(Operator):
                 break
             if isinstance(item, Punctuation):
                 continue  # other punctuations mean nothing here
-            eb = self.pre_process(item)
-            self._check_ts(st, eb)
-            txn = Txn(st.K, st.buf, self.store, eb)
-            self.state_access(txn, eb)
-            st.stash.append(eb)
+            st.stash.append(self._register(st, item, st.buf))
         ctx.reschedule()
 
     @staticmethod
@@ -258,12 +282,9 @@ class TransactionalOperator(Operator):
                 continue
             if isinstance(item, Punctuation):
                 continue
-            eb = self.pre_process(item)
-            self._check_ts(st, eb)
             buf = st.buf
             buf.reset()
-            txn = Txn(st.K, buf, self.store, eb)
-            self.state_access(txn, eb)
+            eb = self._register(st, item, buf)
             K = st.K
             ntx = buf.ntx
             ooff = np.empty(ntx + 1, np.int64)
@@ -341,6 +362,9 @@ class _State:
         self.group.register(op.executor, self)
         self.task = ctx.task  # the runtime's record of this instance (the coordinator schedules it)
         self.K = self.group.K
+        # the operator's access program (program.py), bound at its first packet
+        prog = getattr(op, "program", None)
+        self.prog = None if prog is None else prog.bind(op.store, self.K, self.group.nworkers, cfg.kernel_wrap)
         self.dual = cfg.dual_mode
         self.pipeline = cfg.pipeline
         # the baselines' spin budget (dual mode never spins; the first call measures the

@@ -180,6 +180,24 @@ def _cols(a: np.ndarray) -> np.ndarray:
     return a if a.ndim == 2 else a.reshape(a.shape[0], 1)
 
 
+def resolve_table(store, table) -> StateTable:
+    """`table` (a name, or a StateTable of `store` or of a copy of it -- the oracle runs
+    on copies -- with the same id) as a table of `store`."""
+    if isinstance(table, str):
+        t = store.by_name.get(table)
+        if t is None:
+            raise ValueError(f"no table {table!r} in the store (its tables: {', '.join(store.by_name)})")
+        return t
+    if isinstance(table, StateTable) and table.store is not None:
+        if table.store is store:
+            return table
+        if 0 <= table.id < len(store.tables):
+            mine = store.tables[table.id]
+            if mine.name == table.name and mine.nkeys == table.nkeys:
+                return mine
+    raise ValueError(f"{table!r} is not a table of this operator's store")
+
+
 _EMPTY_I = np.zeros(1, np.int64)
 _EMPTY_I2 = np.zeros((1, 1), np.int64)
 _EMPTY_B = np.zeros(1, np.bool_)
@@ -200,18 +218,7 @@ class Txn:
         eb.txn0 = self.txn0
 
     def _table(self, table) -> StateTable:
-        st = self._store
-        if isinstance(table, str):
-            return st[table]
-        if isinstance(table, StateTable) and table.store is not None:
-            if table.store is st:
-                return table
-            # a table of a copy of this store (the oracle runs on copies): the same id
-            if 0 <= table.id < len(st.tables):
-                mine = st.tables[table.id]
-                if mine.name == table.name and mine.nkeys == table.nkeys:
-                    return mine
-        raise ValueError(f"{table!r} is not a table of this operator's store")
+        return resolve_table(self._store, table)
 
     def _mask(self, where):
         """(mask, use it?, rows to reserve): every row, an upper bound of the selected
@@ -315,4 +322,4 @@ class Txn:
             buf.nc = r
 
 
-__all__ = ["EventBlotter", "OpBuffer", "Txn"]
+__all__ = ["EventBlotter", "MAX_OPS_PER_TXN", "OpBuffer", "Txn", "resolve_table"]

@@ -1,8 +1,8 @@
 """The correctness oracle (spec 1.5): the same operator's transactions run serially in
 timestamp order, one at a time, on a copy of the state.
 
-:func:`record` runs ``pre_process`` and ``state_access`` of an operator over packets,
-without a scheduler, registering the operations; :func:`serial_oracle` executes them in
+:func:`record` runs ``pre_process`` and ``state_access`` of an operator (or its access
+program, ``program.py``) over packets, without a scheduler, registering the operations; :func:`serial_oracle` executes them in
 ts order (the nogil kernel ``serial_run``: pre-transaction values for sources and
 conditions, the AND of the conditions, operations in issue order, a constraint violation
 undoes the whole transaction) and returns the final records and every post-processed
@@ -24,21 +24,30 @@ from bobox_sched.txn.ops import EventBlotter, OpBuffer, Txn
 class Recording:
     buf: OpBuffer
     blotters: list
+    program: object = None  # the operator's bound access program (program.py), if it has one
 
 
 def record(op, packets) -> Recording:
-    """Pre-process and register the state access of every packet (any order)."""
+    """Pre-process and register the state access of every packet (any order): by the
+    operator's access program if it has one, else by its methods."""
     K = kernels()
     buf = OpBuffer()
     ebs = []
+    prog = getattr(op, "program", None)
+    bound = None if prog is None else prog.bind(op.store, K, 0)
     for pkt in packets:
+        if bound is not None:
+            eb = bound.blotter(pkt)
+            bound.register(eb, buf)
+            ebs.append(eb)
+            continue
         eb = op.pre_process(pkt)
         if not isinstance(eb, EventBlotter):
             raise TypeError(f"pre_process must return an EventBlotter, got {type(eb).__name__}")
         txn = Txn(K, buf, op.store, eb)
         op.state_access(txn, eb)
         ebs.append(eb)
-    return Recording(buf, ebs)
+    return Recording(buf, ebs, bound)
 
 
 def serial_run(store, rec: Recording):
@@ -66,7 +75,11 @@ def serial_oracle(op, store, packets):
         outs = []
         for eb in rec.blotters:
             eb.fill(res, verdict, 0, 0)
-            outs.append(op.post_process(eb))
+            if rec.program is None:
+                outs.append(op.post_process(eb))
+            else:
+                out = rec.program.emit(eb)
+                outs.append(None if out is None else out.columns)
     finally:
         op.store = op_store
     return work.dense(), outs, rec.blotters

@@ -33,20 +33,51 @@ import numpy as np
 
 from bobox_sched.txn import (AVG2, DEC, GE, GT, INC, LE, SET_INSERT, StateStore, StateTable,
                              TransactionalOperator)
+from bobox_sched.txn.program import Col, Derive, Program, Read, ReadModify, Require, Write
 
 from operators.txn.workload import gen_keys
 
 
 # -- operators -------------------------------------------------------------------------
+# Each operator has two forms of the same transactions: its methods (pre_process /
+# state_access / post_process: Python per packet, one kernel call per txn call) and,
+# with ``program=True`` (the default), an access program (bobox_sched.txn.program): one
+# kernel call per packet for the state access and one per derived column kernel. They
+# register the same operations and emit the same columns (tests/test_txn_program.py).
+
+
+def gs_sum(read, r, out):
+    """GS's Sum: the ten reads of a read event added left to right, 0 for a write."""
+    for i in range(read.shape[0]):
+        if read[i]:
+            s = r[i, 0]
+            for j in range(1, r.shape[1]):
+                s += r[i, j]
+            out[i] = s
+        else:
+            out[i] = 0.0
+
+
+def tp_toll(avg, cnt, toll):
+    """TP's toll: 2 (cnt - 50)^2 where the segment's average speed is below 40 and its
+    count above 50, else 0."""
+    for i in range(avg.shape[0]):
+        d = cnt[i] - 50.0
+        toll[i] = 2.0 * (d * d) if avg[i] < 40.0 and cnt[i] > 50.0 else 0.0
 
 
 class GrepSum(TransactionalOperator):
     LENGTH = 10
 
-    def __init__(self, config, executor=0, with_sum=True):
+    def __init__(self, config, executor=0, with_sum=True, program=True):
         super().__init__(config, executor)
         self.with_sum = with_sum
         self.table = self.store["gs"]
+        if program:
+            self.program = Program(
+                access=(Read("gs", "k", into="r", where="read"), Write("gs", "k", value="v", where=~Col("read"))),
+                post=(Derive(gs_sum, ("read", "r"), (("sum", np.float64),)),) if with_sum else (),
+                emit=("ts", "t_in", "ok", "sum") if with_sum else ("ts", "t_in", "ok"))
 
     def state_access(self, txn, eb):
         rd = eb["read"]
@@ -59,18 +90,31 @@ class GrepSum(TransactionalOperator):
     def post_process(self, eb):
         out = {"ts": eb.ts, "t_in": eb["t_in"], "ok": eb.success}
         if self.with_sum:
-            # the reads' sum (write events have no read results: NaN, masked at the end)
-            out["sum"] = np.where(eb["read"], eb["r"].sum(axis=1), 0.0)
+            # the reads' sum, left to right as gs_sum adds them (write events have no read
+            # results: NaN, masked)
+            out["sum"] = np.where(eb["read"], eb["r"].cumsum(axis=1)[:, -1], 0.0)
         return out
 
 
 class Ledger(TransactionalOperator):
     MIN_BALANCE = 0.0
 
-    def __init__(self, config, executor=0):
+    def __init__(self, config, executor=0, program=True):
         super().__init__(config, executor)
         self.acc = self.store["accounts"]
         self.ast = self.store["assets"]
+        if program:
+            dep, tr = Col("kind") == 0, ~(Col("kind") == 0)
+            self.program = Program(
+                access=(ReadModify("accounts", "src", INC, param="a", where=dep),
+                        ReadModify("assets", "src", INC, param="s", where=dep),
+                        Require(GT("accounts", "src", self.MIN_BALANCE), GT("accounts", "src", Col("a")),
+                                GT("assets", "src", Col("s")), where=tr),
+                        ReadModify("accounts", "src", DEC, param="a", into="src_balance", where=tr),
+                        ReadModify("assets", "src", DEC, param="s", where=tr),
+                        ReadModify("accounts", "dst", INC, param="a", into="dst_balance", where=tr),
+                        ReadModify("assets", "dst", INC, param="s", where=tr)),
+                emit=("ts", "t_in", "ok", "src_balance", "dst_balance"))
 
     def state_access(self, txn, eb):
         dep = eb["kind"] == 0
@@ -93,10 +137,19 @@ class Ledger(TransactionalOperator):
 class Bidding(TransactionalOperator):
     LENGTH = 20
 
-    def __init__(self, config, executor=0):
+    def __init__(self, config, executor=0, program=True):
         super().__init__(config, executor)
         self.price = self.store["price"]
         self.qty = self.store["qty"]
+        if program:
+            k0 = Col("k")[0]
+            bid = Col("kind") == 0
+            self.program = Program(
+                access=(Require(LE("price", k0, Col("bp")), GE("qty", k0, Col("bq")), where=bid),
+                        ReadModify("qty", k0, DEC, param="bq", into="left", where=bid),
+                        Write("price", "k", value="v", where=Col("kind") == 1),
+                        ReadModify("qty", "k", INC, param="v", where=Col("kind") == 2)),
+                emit=("ts", "t_in", "ok", "left"))
 
     def state_access(self, txn, eb):
         kind = eb["kind"]
@@ -115,10 +168,16 @@ class Bidding(TransactionalOperator):
 
 
 class TollProcessing(TransactionalOperator):
-    def __init__(self, config, executor=0):
+    def __init__(self, config, executor=0, program=True):
         super().__init__(config, executor)
         self.speed = self.store["speed"]
         self.count = self.store["count"]
+        if program:
+            self.program = Program(
+                access=(ReadModify("speed", "seg", AVG2, param="speed", into="avg"),
+                        ReadModify("count", "seg", SET_INSERT, param="vid", into="cnt")),
+                post=(Derive(tp_toll, ("avg", "cnt"), (("toll", np.float64),)),),
+                emit=("ts", "t_in", "ok", "toll"))
 
     def state_access(self, txn, eb):
         txn.read_modify(self.speed, eb["seg"], AVG2, param=eb["speed"], into="avg")
@@ -126,7 +185,8 @@ class TollProcessing(TransactionalOperator):
 
     def post_process(self, eb):
         avg, cnt = eb["avg"], eb["cnt"]
-        toll = np.where((avg < 40) & (cnt > 50), 2.0 * (cnt - 50) ** 2, 0.0)
+        d = cnt - 50.0
+        toll = np.where((avg < 40) & (cnt > 50), 2.0 * (d * d), 0.0)
         return {"ts": eb.ts, "t_in": eb["t_in"], "ok": eb.success, "toll": toll}
 
 
@@ -146,6 +206,7 @@ class App:
     read_ratio: float = 0.5  # GS
     with_sum: bool = True  # GS
     vehicles: int = 10_000  # TP
+    program: bool = True  # the operators' access programs (else their methods)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -153,7 +214,10 @@ class App:
         return {"gs": GrepSum, "sl": Ledger, "ob": Bidding, "tp": TollProcessing}[self.name]
 
     def operator_kwargs(self) -> dict:
-        return {"with_sum": self.with_sum} if self.name == "gs" else {}
+        kw = {"program": self.program}
+        if self.name == "gs":
+            kw["with_sum"] = self.with_sum
+        return kw
 
     def make_store(self, seed: int = 7) -> StateStore:
         rng = np.random.default_rng(seed)

@@ -7,6 +7,7 @@ from numba import njit
 from bobox_sched.txn.kernels.build import build_conds, build_pool, gather_pool
 from bobox_sched.txn.kernels.direct import run_direct
 from bobox_sched.txn.kernels.finish import finish_batch
+from bobox_sched.txn.kernels.program import run_program
 from bobox_sched.txn.kernels.register import cond_only_reads, partition_ops, pool_local
 from bobox_sched.txn.kernels.serial import by_txn
 from bobox_sched.txn.kernels.walk import process_pool
@@ -68,3 +69,8 @@ def finish_batch_held(B, npools, nops):
 @njit(cache=True)
 def by_txn_held(ntx, txn_of, n, off, order):
     by_txn(ntx, txn_of, n, off, order)
+
+
+@njit(cache=True, _nrt=False)
+def run_program_held(prog, pc, I, F, Bo, n, ts, ib, fb, n0, cb, cf, nc0, txn0, seq0, slot0, out):
+    return run_program(prog, pc, I, F, Bo, n, ts, ib, fb, n0, cb, cf, nc0, txn0, seq0, slot0, out)
