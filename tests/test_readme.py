@@ -22,6 +22,7 @@ def test_readme_examples_run(tpch, capsys):
     assert str(sum(i * i for i in range(1_000_000))) in out
     assert "400,000 rows in" in out and "latency p50" in out  # the Streams example ran, markers measured
     assert "identical to the sequential run: True" in out  # the ordered pipeline
+    assert "money kept: True" in out and "program form gives the same: True" in out  # TStream, both forms
     assert f"domains: 2 {[sum(range(100_000))] * 4}" in out  # the domains example
 
 
