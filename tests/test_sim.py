@@ -169,3 +169,110 @@ def test_bobox_simulate_command(tmp_path, capsys):
     assert err[-1].startswith("error: --machine: machine description")
     assert main(["simulate", "--machine", "2x2", "--trace", str(tmp_path / "no" / "t.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_gil_hand_off_costs_only_when_a_thread_waits():
+    """One worker never waits for the GIL: a hand-off changes nothing. Eight workers on
+    GIL-heavy chains queue for it, and each hand-off between them is time no one holds
+    it: the run gets longer, by about one hand-off per taking of the GIL."""
+    def run_(cores, handoff_us):
+        plans = chain_mix(16, length=3, packets=8, rows=4096, seed=2, gil_share=0.3)
+        sim = Simulation(describe(f"1x{cores}"), plans, seed=2, costs=Costs(jitter=0.0, gil_handoff_ns=handoff_us * 1e3))
+        return sim.run()
+
+    one0, one50 = run_(1, 0), run_(1, 50)
+    assert one0["makespan_ms"] == one50["makespan_ms"]
+    many0, many50 = run_(8, 0), run_(8, 50)
+    # saturated: every task takes the GIL twice, and nearly every taking waits
+    grew = many50["makespan_ms"] - many0["makespan_ms"]
+    assert 0.5 * 2 * many0["tasks"] * 0.05 <= grew <= 2 * many0["tasks"] * 0.05 * 1.1
+
+
+def _sim_trace(spec="1x1", requests=4, seed=3):
+    sim = Simulation(describe(spec), chain_mix(requests, length=3, packets=6, rows=2048, seed=seed), seed=seed,
+                     costs=Costs(jitter=0.0))
+    sim.run()
+    return sim.document()
+
+
+def test_replay_keeps_each_operators_traced_cost_and_replays_to_the_same_time():
+    """A trace (here a simulated one, the same format as a real run's) replayed: every
+    traced operator costs, in all, what the trace says, and at one worker the replay
+    takes the traced time, within the scheduler's per-task cost of the task count."""
+    from bobox_sched.sim.replay import replay_plans, requests_of, totals
+
+    doc = _sim_trace()
+    reqs = requests_of(doc)
+    plans = replay_plans(doc)
+    assert len(plans) == len(reqs) == 4
+    for plan, (rid, (name, ops)) in zip(plans, sorted(reqs.items())):
+        assert plan.name == name
+        order = sorted(ops.values(), key=lambda rec: rec[4])
+        specs = list(plan._specs.values())  # (factory, args, kwargs) in chain order: src, ops, sink
+        costs = [args[-1] for _, args, _ in specs]
+        packets, rows_per = specs[0][1][:2]
+        rows = packets * rows_per
+        assert len(costs) == len(order)
+        for c, rec in zip(costs, order):
+            assert c.held_row_ns * rows == pytest.approx(rec[2]) and c.released_row_ns * rows == pytest.approx(rec[3])
+    again = Simulation(describe("1x1"), plans, seed=3, costs=Costs(jitter=0.0))
+    out = again.run()
+    t = totals(doc)
+    assert out["makespan_ms"] * 1e6 == pytest.approx(t["wall_ns"], rel=0.05)
+
+
+def test_replay_refuses_what_is_not_a_task_trace(tmp_path, capsys):
+    from bobox_sched.sim import ReplayError, replay_plans
+    from experiments.cli.main import main
+
+    with pytest.raises(ReplayError, match="no traceEvents"):
+        replay_plans({"nothing": 1})
+    with pytest.raises(ReplayError, match="no task slices"):
+        replay_plans({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}]})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["simulate", "--machine", "1x2", "--replay", str(bad)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --replay:")
+    assert main(["simulate", "--machine", "1x2", "--replay", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    good = tmp_path / "t.json"
+    good.write_text(json.dumps(_sim_trace()))
+    assert main(["simulate", "--machine", "1x2", "--replay", str(good), "--copies", "2", "--json",
+                 "--no-progress"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["runs"][0]["requests"] == 8 and res["violations"] == 0
+
+
+def test_domains_each_have_their_own_gil_and_the_front_feeds_them():
+    """A GIL-bound mix on 16 workers: one interpreter queues every task's Python on one
+    GIL; four domains of four workers queue on four, and finish sooner. Every request
+    runs, in the domain the front sent it to, and the front never sent a domain more
+    than its limit per worker at once."""
+    from bobox_sched.domains import front
+    from bobox_sched.sim import DomainsSimulation
+    from bobox_sched.sim import domains as simdom
+
+    assert simdom.INFLIGHT_PER_WORKER == front.INFLIGHT_PER_WORKER
+    plans = lambda: chain_mix(24, length=3, packets=8, rows=4096, seed=4, gil_share=0.3)  # noqa: E731
+    one = DomainsSimulation(describe("1x16"), plans(), domains="off", seed=4, costs=Costs(jitter=0.0)).run()
+    four = DomainsSimulation(describe("1x16"), plans(), domains=4, seed=4, costs=Costs(jitter=0.0)).run()
+    assert one["domains"] == 1 and four["domains"] == 4
+    assert one["requests"] == four["requests"] == 24 and sum(four["requests_per_domain"]) == 24
+    assert all(p["workers"] == 4 for p in four["per_domain"])
+    assert four["makespan_ms"] < 0.6 * one["makespan_ms"]
+    # nogil work: the cut changes little (each domain has a quarter of the requests' work)
+    nogil = lambda: chain_mix(24, length=3, packets=8, rows=4096, seed=4, gil_share=0.01)  # noqa: E731
+    a = DomainsSimulation(describe("1x16"), nogil(), domains="off", seed=4, costs=Costs(jitter=0.0)).run()
+    b = DomainsSimulation(describe("1x16"), nogil(), domains=4, seed=4, costs=Costs(jitter=0.0)).run()
+    assert 0.7 < b["makespan_ms"] / a["makespan_ms"] < 1.4
+
+
+def test_domains_auto_cuts_per_node_like_the_runtime():
+    from bobox_sched.domains.front import layout
+    from bobox_sched.sim import DomainsSimulation
+
+    topo = describe("2 nodes x 12 cores")
+    sim = DomainsSimulation(topo, chain_mix(6, length=2, packets=4, rows=1024, seed=1), domains="auto", seed=1)
+    assert sim.layout == layout(topo, "auto")
+    out = sim.run()
+    assert out["domains"] == 4 and out["requests"] == 6

@@ -190,6 +190,8 @@ def test_program_errors_are_one_line_and_name_the_problem():
         Program(access=(Read("a", "k", into="r"), Read("b", "k", into="r")))
     with pytest.raises(TypeError, match="compares"):
         Col("k") == "x"  # noqa: B015
+    with pytest.raises(TypeError, match="not a truth value"):
+        bool(Col("k") == 1)
     with pytest.raises(TypeError, match="must be a Fun"):
         ReadModify("a", "k", "INC")
 

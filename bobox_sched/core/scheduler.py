@@ -96,7 +96,7 @@ class Scheduler:
         given: the in-process runtime.
     domain_workers : int, optional
         The most CPUs of one domain under "auto" (default
-        ``domains.front.DEFAULT_DOMAIN_WORKERS``).
+        ``topology.partition.DEFAULT_DOMAIN_WORKERS``).
     trace : str, path or bobox_sched.trace.Tracer, optional
         Record a timeline of the run (``bobox_sched/trace``): a slice per task on its
         worker's track, steals, balancer actions, requests and packet memory. A path:

@@ -70,13 +70,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from bobox_sched.core import lifecycle as _lifecycle
 from bobox_sched.core.errors import RequestCancelled, SchedulerShutdown
 from bobox_sched.domains.process import PLAN_CACHE, boot_command
+from topology.partition import DEFAULT_DOMAIN_WORKERS, domain_layout
 
-# Workers per domain, "auto": where one interpreter's GIL starts to queue. On the 16-core
-# Xeon measured for the domains issue (Python 3.12, TPC-H mix at SF 1) each worker held
-# the GIL 5.7 % of its busy time: 8 workers ask for 0.46 of one GIL, where a single
-# server's queueing delay reaches about its service time (M/M/1: rho / (1 - rho) = 0.85),
-# and 16 ask for 0.91 (the measured flattening: 5.18x at 8, 5.06x at 16).
-DEFAULT_DOMAIN_WORKERS = 8
 # Requests sent to a domain per worker; the rest wait in the front, where they can still
 # migrate. 2: one running and one ready per worker, so that a worker never idles while
 # the front sends the next (a done message, the reader's wake-up and the send: ~0.1 ms
@@ -95,58 +90,10 @@ def gil_enabled() -> bool:
 
 
 def layout(topo, domains, domain_workers: int | None = None) -> list[tuple[list[int], int | None]] | None:
-    """(CPUs, node or None) per domain, or None for the in-process runtime (module doc).
-    One-line ValueErrors for bad values."""
-    w = DEFAULT_DOMAIN_WORKERS if domain_workers is None else domain_workers
-    if not isinstance(w, int) or isinstance(w, bool) or w < 1:
-        raise ValueError(f"domain_workers must be a positive integer, got {domain_workers!r}")
-    nodes = [(n.os_index, _by_core(topo, n.cpus)) for n in topo.cpu_nodes]
-    ncpu = sum(len(c) for _, c in nodes)
-    if domains in (None, "off"):
-        return None
-    if domains == "auto":
-        if not gil_enabled() or ncpu <= w:
-            return None
-        out = []
-        for nid, cpus in nodes:
-            k = -(-len(cpus) // w)
-            out += [(part, nid) for part in _split(cpus, k)]
-        return out
-    if not isinstance(domains, int) or isinstance(domains, bool) or domains < 1:
-        raise ValueError(f"domains must be 'auto', 'off' or a positive integer, got {domains!r}")
-    if domains > ncpu:
-        raise ValueError(f"domains={domains}: more domains than the {ncpu} CPUs")
-    if domains == 1:
-        return [([c for _, cs in nodes for c in cs], nodes[0][0] if len(nodes) == 1 else None)]
-    if domains < len(nodes):
-        groups = _split(list(range(len(nodes))), domains)
-        return [([c for i in g for c in nodes[i][1]], None) for g in groups]
-    out = []
-    per = _split(list(range(domains)), len(nodes))  # domains per node, as even as can be
-    for (nid, cpus), ds in zip(nodes, per):
-        if len(ds) > len(cpus):
-            raise ValueError(f"domains={domains}: node {nid} has {len(cpus)} CPUs for {len(ds)} domains")
-        out += [(part, nid) for part in _split(cpus, len(ds))]
-    return out
-
-
-def _by_core(topo, cpus) -> list[int]:
-    """`cpus` ordered by (package, core, CPU): hardware threads of one core side by side,
-    so that cutting the list into contiguous parts never gives one core's threads to two
-    domains unless a part is smaller than a core."""
-    info = {c.os_index: (c.package, c.core, c.os_index) for c in topo.cpus}
-    return sorted(cpus, key=lambda c: info.get(c, (0, 0, c)))
-
-
-def _split(xs: list, k: int) -> list[list]:
-    """`xs` cut into `k` contiguous parts whose sizes differ by at most one."""
-    q, r = divmod(len(xs), k)
-    out, i = [], 0
-    for j in range(k):
-        n = q + (j < r)
-        out.append(xs[i:i + n])
-        i += n
-    return out
+    """(CPUs, node or None) per domain, or None for the in-process runtime (module doc;
+    ``topology.partition.domain_layout`` on this interpreter: a free-threaded build keeps
+    one runtime). One-line ValueErrors for bad values."""
+    return domain_layout(topo, domains, domain_workers, gil=gil_enabled())
 
 
 class DomainHandle:

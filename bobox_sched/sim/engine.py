@@ -23,11 +23,20 @@ semaphore): a waker that released it has woken that worker, who looks again
 
 Time (``costs``): a task's duration is decided when it starts, from the rows waiting in
 its inputs and its operator's :class:`~bobox_sched.sim.workload.Cost`: the GIL-held part
-(plus the scheduler's own ``sched_ns`` per task) queues for the interpreter's one GIL --
-a FIFO resource, so that past some number of workers they wait for each other (the
-plateau measured on 16 cores) -- then the released part runs at the local rate times the
-NUMA penalty when the packet's home node is another node than the worker's
-(``1 + numa * (distance / local - 1)``), times a per-task jitter drawn from the seed.
+(plus the scheduler's own ``sched_ns`` per task) and the released part, which runs at the
+local rate times the NUMA penalty when the packet's home node is another node than the
+worker's (``1 + numa * (distance / local - 1)``); both times a per-task jitter drawn
+from the seed.
+
+The GIL: the interpreter's one GIL is a FIFO queue that a task joins twice -- when it
+starts, for its Python before the kernels, and when its kernels return, for the rest
+(``gil_tail`` of its held time) -- so that past some number of workers they wait for each
+other. A wait is not free: the thread that gets the GIL from a waiting queue gets it
+``gil_handoff_ns`` after its holder let it go (the holder signals a condition variable,
+the waiter's thread is woken on its core; CPython's ``take_gil``), and meanwhile no one
+holds it. Under contention each taking of the GIL then costs held time plus a hand-off,
+which is why measured speedups flatten below Amdahl's bound for the held share
+(``measurements/2026-12-02-sim-calibration/``).
 
 Invariants, checked at every step (a :class:`Violation` names the first one broken):
 a task is never handed to two workers at once; no worker sleeps with tasks in its own
@@ -91,6 +100,12 @@ class Costs:
     numa: float = 0.5
     jitter: float = 0.1
     balance_ns: int = 100_000_000
+    # The GIL's hand-off (module doc, "the GIL"): a thread that waited for the GIL gets it
+    # this long after its holder let it go -- the holder signals, the waiter's core wakes
+    # it -- and meanwhile nobody holds it. 0: an ideal queue. ``gil_tail``: the share of a
+    # task's GIL-held time that comes after its kernels, when it takes the GIL back.
+    gil_handoff_ns: float = 0.0
+    gil_tail: float = 0.5
 
 
 class Simulation:
@@ -159,28 +174,56 @@ class Simulation:
     def run(self) -> dict:
         """Play every event; returns the run's figures (``summary``). Raises
         :class:`Violation` at the first broken invariant."""
+        self.start()
+        while self.step():
+            pass
+        return self.finish()
+
+    def start(self) -> None:
+        """Queue the plans' arrivals, every worker's first look and the balancer (``run``
+        does it; a driver of several simulations, ``domains.py``, steps them itself)."""
         for t, plan in sorted(zip(self.arrivals, self.plans), key=lambda x: x[0]):
             self._push(t, "submit", plan)
         for w in self.workers:
             self._push(0, "look", w)
         if hasattr(self.policy, "migrate") and len(self.topology.cpu_nodes) > 1:
             self._push(self.costs.balance_ns, "balance")
+
+    def next_time(self):
+        """The time of the next event (None: nothing left to happen)."""
+        return self._heap[0][0] if self._heap else None
+
+    def submit_at(self, t: float, plan) -> None:
+        """Submit `plan` at time `t` (not before ``now``), after ``start``: a request sent
+        from outside (the front of simulated domains)."""
+        self.plans.append(plan)
+        self._push(max(t, self.now), "submit", plan)
+
+    def step(self) -> bool:
+        """Play the next event; False when none is left."""
         heap = self._heap
-        while heap:
-            t, _, kind, x = heapq.heappop(heap)
-            self.now = t
-            self.events += 1
-            if t - self.last_progress > STALL_NS:
-                self._fail(f"livelock: events go on but no task ended for {STALL_NS / 1e9:.0f} s of virtual time")
-            if kind == "end":
-                self._end(*x)
-            elif kind == "look":
-                self._look(x)
-            elif kind == "submit":
-                self._submit(x)
-            elif kind == "balance":
-                self._balance()
-            self._after_event()
+        if not heap:
+            return False
+        t, _, kind, x = heapq.heappop(heap)
+        self.now = t
+        self.events += 1
+        if t - self.last_progress > STALL_NS:
+            self._fail(f"livelock: events go on but no task ended for {STALL_NS / 1e9:.0f} s of virtual time")
+        if kind == "end":
+            self._end(*x)
+        elif kind == "look":
+            self._look(x)
+        elif kind == "resume":
+            self._resume(*x)
+        elif kind == "submit":
+            self._submit(x)
+        elif kind == "balance":
+            self._balance()
+        self._after_event()
+        return True
+
+    def finish(self) -> dict:
+        """The checks once nothing is left to happen, then ``summary``."""
         self._final_checks()
         return self.summary()
 
@@ -241,12 +284,30 @@ class Simulation:
         if self.costs.jitter:
             f = float(np.exp(self.rng.normal(0.0, self.costs.jitter)))
             held, rel = held * f, rel * f
-        start = max(self.now, self.gil_free)  # the GIL: one queue per interpreter
-        self.gil_free = start + held
-        end = start + held + rel
         step = w.last_step
         victim = w.stolen_from if step == 4 else -1
-        self._push(end, "end", (w, task, self.now, int(rel), step, victim, rows))
+        tail = held * self.costs.gil_tail if rel > 0 else 0.0  # taken again after the kernels
+        start = self._gil(self.now, held - tail)
+        x = (w, task, self.now, int(rel), step, victim, rows)
+        if tail > 0:
+            self._push(start + held - tail + rel, "resume", (x, tail))
+        else:
+            self._push(start + held + rel, "end", x)
+
+    def _gil(self, t: float, held: float) -> float:
+        """Take the interpreter's GIL at `t` for `held` ns (module doc): when it holds
+        it; a waiter gets it ``gil_handoff_ns`` after the holder let it go."""
+        # whole nanoseconds, as the event heap's times: the end of a holder's task and
+        # the GIL's free time must compare equal, not differ by a truncated fraction
+        t = int(t)
+        if self.gil_free > t:
+            t = self.gil_free + int(self.costs.gil_handoff_ns)
+        self.gil_free = int(t + held)
+        return t
+
+    def _resume(self, x, tail: float) -> None:
+        """A task's kernels are over: it takes the GIL back for the rest of its Python."""
+        self._push(self._gil(self.now, tail) + tail, "end", x)
 
     def _end(self, w, task, t0, rel, step, victim, rows) -> None:
         del self.running[id(task)]

@@ -129,6 +129,9 @@ class Where:
     def __invert__(self) -> "Where":
         return Where(self.col, self.op, self.value, not self.neg)
 
+    def __bool__(self):
+        raise TypeError(f"{self!r} is a row filter for a program step (where=...), not a truth value")
+
     def __repr__(self) -> str:
         ops = {v: k for k, v in _OPS.items()}
         s = repr(self.col) if self.op == _k.W_TRUE else f"{self.col!r} {ops[self.op]} {self.value:g}"

@@ -13,6 +13,12 @@ MAX_SEEDS = 100_000
 MAX_SIM_REQUESTS = 4096
 
 
+def _default_handoff_us() -> float:
+    from bobox_sched.sim import Costs
+
+    return Costs().gil_handoff_ns / 1000.0
+
+
 def add_arguments(p) -> None:
     p.add_argument("--machine", default="live", metavar="SPEC",
                    help="live (default), a captured sysfs tree (a folder with sys/ and proc/), or a description: "
@@ -26,6 +32,14 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=count(1 << 20), default=4096, metavar="R", help="rows per packet (default 4096)")
     p.add_argument("--gil-share", type=real(0.99), default=0.1, metavar="F",
                    help="share of a task's time with the GIL held, at the mean cost, above 0 (default 0.1)")
+    p.add_argument("--replay", type=path, metavar="TRACE",
+                   help="replay the requests of a real run's trace (bobox run --trace, best with one worker) instead "
+                   "of the synthetic mix: each request's operators with their traced GIL-held and released time")
+    p.add_argument("--copies", type=count(1024), default=1, metavar="K",
+                   help="with --replay: submit each traced request K times (default 1)")
+    p.add_argument("--gil-handoff-us", type=real(10_000.0, 0.0, open_min=False), metavar="US",
+                   help="microseconds between a GIL holder letting go and a waiting thread running (default: "
+                   f"{_default_handoff_us():g}, calibrated: measurements/2026-12-02-sim-calibration/)")
     p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
@@ -40,7 +54,7 @@ def run(args) -> int:
 
     from bobox_sched import policies  # noqa: F401 - registers the policies
     from bobox_sched.core.errors import BoboxError
-    from bobox_sched.sim import Simulation, Violation, chain_mix, machine
+    from bobox_sched.sim import Costs, Simulation, Violation, chain_mix, machine
     from topology.errors import TopologyError
 
     try:
@@ -51,9 +65,24 @@ def run(args) -> int:
         from experiments.cli.run import check_trace_arg
 
         check_trace_arg(args.trace)
+    replayed = None
+    if args.replay is not None:
+        from bobox_sched.sim import ReplayError, replay_plans
+
+        try:
+            with open(args.replay) as f:
+                doc = json.load(f)
+            replayed = replay_plans(doc, rows=args.rows, copies=args.copies)
+        except OSError as e:
+            raise BoboxError(f"--replay: cannot read {args.replay}: {e.strerror or e}") from None
+        except (ValueError, ReplayError) as e:
+            raise BoboxError(f"--replay: {args.replay}: {e}") from None
+    costs = Costs() if args.gil_handoff_us is None else Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0)
     workers = sum(min(args.threads_per_node or len(n.cpus), 4096) for n in topo.cpu_nodes)
-    print(f"simulating {args.requests} requests (chains of {args.length}, {args.packets} packets of {args.rows} rows, "
-          f"GIL share {args.gil_share}) under {args.policy} on {topo.root} ({len(topo.cpu_nodes)} nodes, "
+    what = (f"{len(replayed)} requests replayed from {args.replay}" if replayed is not None else
+            f"{args.requests} requests (chains of {args.length}, {args.packets} packets of {args.rows} rows, "
+            f"GIL share {args.gil_share})")
+    print(f"simulating {what} under {args.policy} on {topo.root} ({len(topo.cpu_nodes)} nodes, "
           f"{workers} workers), seeds {args.seed}..{args.seed + args.seeds - 1}", file=sys.stderr)
     bar = None
     if not args.no_progress and args.seeds > 1:
@@ -62,9 +91,12 @@ def run(args) -> int:
         bar = tqdm(total=args.seeds, desc="seeds", file=sys.stderr, leave=False)
     runs, doc = [], None
     for seed in range(args.seed, args.seed + args.seeds):
-        plans = chain_mix(args.requests, args.length, args.packets, args.rows, seed, args.gil_share)
+        if replayed is not None:
+            plans = replayed if seed == args.seed else replay_plans(doc, rows=args.rows, copies=args.copies)
+        else:
+            plans = chain_mix(args.requests, args.length, args.packets, args.rows, seed, args.gil_share)
         sim = Simulation(topo, plans, policy=args.policy, threads_per_node=args.threads_per_node, seed=seed,
-                         label="bobox " + " ".join(getattr(args, "argv", [])))
+                         costs=costs, label="bobox " + " ".join(getattr(args, "argv", [])))
         try:
             runs.append(sim.run())
         except Violation as e:
