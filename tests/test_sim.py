@@ -66,7 +66,9 @@ def test_the_gil_is_a_queue_more_workers_stop_helping():
     # each other, so 16 workers are barely faster than 4; nogil chains keep scaling
     def span(cores, share):
         plans = chain_mix(32, length=3, packets=16, rows=4096, seed=1, gil_share=share)
-        return Simulation(describe(f"1x{cores}"), plans, seed=1, costs=Costs(jitter=0.0)).run()["makespan_ms"]
+        # an ideal queue (no hand-off: test_the_gil_hand_off_costs_only_when_a_thread_waits)
+        return Simulation(describe(f"1x{cores}"), plans, seed=1,
+                          costs=Costs(jitter=0.0, gil_handoff_ns=0.0)).run()["makespan_ms"]
 
     assert span(4, 0.6) / span(16, 0.6) < 1.2
     assert span(4, 0.01) / span(16, 0.01) > 2.5
@@ -260,10 +262,12 @@ def test_domains_each_have_their_own_gil_and_the_front_feeds_them():
     assert one["requests"] == four["requests"] == 24 and sum(four["requests_per_domain"]) == 24
     assert all(p["workers"] == 4 for p in four["per_domain"])
     assert four["makespan_ms"] < 0.6 * one["makespan_ms"]
-    # nogil work: the cut changes little (each domain has a quarter of the requests' work)
+    # nogil work on an ideal GIL queue (no hand-off): the cut changes little -- the front
+    # spreads the requests' work over the domains
     nogil = lambda: chain_mix(24, length=3, packets=8, rows=4096, seed=4, gil_share=0.01)  # noqa: E731
-    a = DomainsSimulation(describe("1x16"), nogil(), domains="off", seed=4, costs=Costs(jitter=0.0)).run()
-    b = DomainsSimulation(describe("1x16"), nogil(), domains=4, seed=4, costs=Costs(jitter=0.0)).run()
+    ideal = Costs(jitter=0.0, gil_handoff_ns=0.0)
+    a = DomainsSimulation(describe("1x16"), nogil(), domains="off", seed=4, costs=ideal).run()
+    b = DomainsSimulation(describe("1x16"), nogil(), domains=4, seed=4, costs=ideal).run()
     assert 0.7 < b["makespan_ms"] / a["makespan_ms"] < 1.4
 
 

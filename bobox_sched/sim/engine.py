@@ -102,9 +102,15 @@ class Costs:
     balance_ns: int = 100_000_000
     # The GIL's hand-off (module doc, "the GIL"): a thread that waited for the GIL gets it
     # this long after its holder let it go -- the holder signals, the waiter's core wakes
-    # it -- and meanwhile nobody holds it. 0: an ideal queue. ``gil_tail``: the share of a
-    # task's GIL-held time that comes after its kernels, when it takes the GIL back.
-    gil_handoff_ns: float = 0.0
+    # it -- and meanwhile nobody holds it. 0: an ideal queue. 40 us: fitted to the 16-core
+    # sweep of the TPC-H mix (measurements/2026-11-27-scaling-16core/, both rounds),
+    # replaying a 1-worker trace of the same mix: worst error 13 % over 2-16 workers, where
+    # 30 us gave 18 % and 50 us 24 % (measurements/2026-12-02-sim-calibration/). It lies
+    # near the one-way thread wake-up measured on the 2-core VM the same day (median
+    # 29-32 us, p90 34-41 us: experiments/handoff.py wake_us). ``gil_tail``: the share of a
+    # task's GIL-held time that comes after its kernels, when it takes the GIL back (an
+    # assumption: the trace says how long a task held the GIL, not when).
+    gil_handoff_ns: float = 40_000.0
     gil_tail: float = 0.5
 
 

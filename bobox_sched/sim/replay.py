@@ -7,7 +7,8 @@ first ran, with their totals: GIL-held ns, GIL-released ns and tasks. The replay
 request is a chain of them (a :class:`~bobox_sched.sim.workload.SimSource`, then
 :class:`~bobox_sched.sim.workload.SimOp` s, then a
 :class:`~bobox_sched.sim.workload.SimSink`) moving ``packets`` packets of ``rows``
-rows, ``packets`` the median number of tasks of its operators; each operator's held and
+rows, ``packets`` the mean number of tasks of its operators (so that it runs about as
+many tasks as the trace shows, each taking the GIL as often); each operator's held and
 released time per row is its total over those rows, so that every operator costs, in
 all, what it cost in the trace, however the simulator's tasks take the packets.
 
@@ -22,8 +23,6 @@ waits for the GIL, and the simulator adds the waits for the machine it plays.
 """
 
 from __future__ import annotations
-
-import statistics
 
 from bobox_sched.core.plan import Plan
 from bobox_sched.sim.workload import Cost, SimOp, SimSink, SimSource
@@ -66,7 +65,7 @@ def replay_plans(doc: dict, rows: int = 4096, copies: int = 1) -> list[Plan]:
     out = []
     for rid, (name, ops) in sorted(requests_of(doc).items()):
         order = sorted(ops.items(), key=lambda kv: kv[1][4])
-        packets = max(1, round(statistics.median(rec[0] for _, rec in order)))
+        packets = max(1, round(sum(rec[0] for _, rec in order) / len(order)))
         n = packets * rows
         costs = [Cost(held_task_ns=0.0, held_row_ns=rec[2] / n, released_row_ns=rec[3] / n) for _, rec in order]
         if len(costs) == 1:
