@@ -239,10 +239,29 @@ def test_replay_refuses_what_is_not_a_task_trace(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     good = tmp_path / "t.json"
     good.write_text(json.dumps(_sim_trace()))
-    assert main(["simulate", "--machine", "1x2", "--replay", str(good), "--copies", "2", "--json",
+    assert main(["simulate", "--machine", "1x2", "--replay", str(good), "--copies", "2", "--seeds", "2", "--json",
                  "--no-progress"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert res["runs"][0]["requests"] == 8 and res["violations"] == 0
+    assert [r["requests"] for r in res["runs"]] == [8, 8] and res["violations"] == 0  # every seed replays the file
+    # --trace writes the simulated run (not the trace it replayed)
+    out = tmp_path / "sim.json"
+    assert main(["simulate", "--machine", "1x2", "--replay", str(good), "--trace", str(out), "--no-progress"]) == 0
+    written = chrome.load(out)
+    assert written["otherData"].get("label", "").startswith("bobox ") and chrome.validate(written) == []
+    assert "label" not in json.loads(good.read_text())["otherData"]  # (the replayed one has none)
+
+
+def test_bobox_simulate_domains_command(capsys):
+    from experiments.cli.main import main
+
+    assert main(["simulate", "--machine", "2 nodes x 12 cores", "--domains", "auto", "--requests", "8",
+                 "--packets", "4", "--json", "--no-progress"]) == 0
+    run0 = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"][0]
+    assert run0["domains"] == 4 and run0["requests"] == 8 and run0["workers"] == 24
+    assert main(["simulate", "--machine", "2x2", "--domains", "9"]) == 2
+    assert "more domains than the 4 CPUs" in capsys.readouterr().err
+    assert main(["simulate", "--machine", "2x2", "--domains", "2", "--trace", "x.json"]) == 2
+    assert "not with --domains" in capsys.readouterr().err
 
 
 def test_domains_each_have_their_own_gil_and_the_front_feeds_them():

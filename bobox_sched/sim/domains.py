@@ -39,6 +39,7 @@ class DomainsSimulation:
             lay = [([c.os_index for c in topology.cpus if any(c.os_index in n.cpus for n in topology.cpu_nodes)],
                     None)]
         self.layout = lay
+        self.topology = topology
         self.sims = []
         for i, (cpus, nid) in enumerate(lay):
             sub = topology.restrict(nodes=None if nid is None else [nid], cpus=cpus)
@@ -93,7 +94,9 @@ class DomainsSimulation:
         return {
             "policy": parts[0]["policy"], "domains": len(parts), "seed": self.seed, "workers": workers,
             "requests": sum(p["requests"] for p in parts), "makespan_ms": span,
-            "tasks": sum(p["tasks"] for p in parts), "steals": sum(p["steals"] for p in parts),
+            "nodes": len(self.topology.cpu_nodes), "tasks": sum(p["tasks"] for p in parts),
+            "steals": sum(p["steals"] for p in parts), "sleeps": sum(p["sleeps"] for p in parts),
+            "migrations": sum(p["migrations"] for p in parts), "shares": sum(p["shares"] for p in parts),
             "events": sum(p["events"] for p in parts), "busy_ms": round(busy, 4),
             "utilisation": round(busy / (span * workers), 4) if span else 0.0,
             "requests_per_domain": self.sent, "per_domain": parts,

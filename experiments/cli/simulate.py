@@ -8,6 +8,7 @@ import json
 import sys
 
 from experiments.cli.argtypes import count, path, real
+from experiments.cli.run import domains_arg
 
 MAX_SEEDS = 100_000
 MAX_SIM_REQUESTS = 4096
@@ -37,6 +38,9 @@ def add_arguments(p) -> None:
                    "of the synthetic mix: each request's operators with their traced GIL-held and released time")
     p.add_argument("--copies", type=count(1024), default=1, metavar="K",
                    help="with --replay: submit each traced request K times (default 1)")
+    p.add_argument("--domains", type=domains_arg, metavar="auto|off|N",
+                   help="simulate the runtime in domains, one interpreter and GIL each, cut as bobox run --domains "
+                   "cuts the machine (default: off, one interpreter); not with --trace")
     p.add_argument("--gil-handoff-us", type=real(10_000.0, 0.0, open_min=False), metavar="US",
                    help="microseconds between a GIL holder letting go and a waiting thread running (default: "
                    f"{_default_handoff_us():g}, calibrated: measurements/2026-12-02-sim-calibration/)")
@@ -54,7 +58,7 @@ def run(args) -> int:
 
     from bobox_sched import policies  # noqa: F401 - registers the policies
     from bobox_sched.core.errors import BoboxError
-    from bobox_sched.sim import Costs, Simulation, Violation, chain_mix, machine
+    from bobox_sched.sim import Costs, DomainsSimulation, Simulation, Violation, chain_mix, machine
     from topology.errors import TopologyError
 
     try:
@@ -64,6 +68,9 @@ def run(args) -> int:
     if args.trace is not None:
         from experiments.cli.run import check_trace_arg
 
+        if args.domains not in (None, "off"):
+            raise BoboxError("--trace: not with --domains (each domain keeps its own trace: "
+                             "DomainsSimulation.sims[i].document() in Python)")
         check_trace_arg(args.trace)
     replayed = None
     if args.replay is not None:
@@ -71,8 +78,8 @@ def run(args) -> int:
 
         try:
             with open(args.replay) as f:
-                doc = json.load(f)
-            replayed = replay_plans(doc, rows=args.rows, copies=args.copies)
+                replay_doc = json.load(f)
+            replayed = replay_plans(replay_doc, rows=args.rows, copies=args.copies)
         except OSError as e:
             raise BoboxError(f"--replay: cannot read {args.replay}: {e.strerror or e}") from None
         except (ValueError, ReplayError) as e:
@@ -92,11 +99,19 @@ def run(args) -> int:
     runs, doc = [], None
     for seed in range(args.seed, args.seed + args.seeds):
         if replayed is not None:
-            plans = replayed if seed == args.seed else replay_plans(doc, rows=args.rows, copies=args.copies)
+            plans = replayed if seed == args.seed else replay_plans(replay_doc, rows=args.rows, copies=args.copies)
         else:
             plans = chain_mix(args.requests, args.length, args.packets, args.rows, seed, args.gil_share)
-        sim = Simulation(topo, plans, policy=args.policy, threads_per_node=args.threads_per_node, seed=seed,
-                         costs=costs, label="bobox " + " ".join(getattr(args, "argv", [])))
+        label = "bobox " + " ".join(getattr(args, "argv", []))
+        if args.domains not in (None, "off"):
+            try:
+                sim = DomainsSimulation(topo, plans, domains=args.domains, policy=args.policy,
+                                        threads_per_node=args.threads_per_node, seed=seed, costs=costs, label=label)
+            except ValueError as e:
+                raise BoboxError(f"--domains: {e}") from None
+        else:
+            sim = Simulation(topo, plans, policy=args.policy, threads_per_node=args.threads_per_node, seed=seed,
+                             costs=costs, label=label)
         try:
             runs.append(sim.run())
         except Violation as e:
@@ -114,7 +129,8 @@ def run(args) -> int:
         bar.close()
     spans = [r["makespan_ms"] for r in runs]
     first = runs[0]
-    print(f"{first['workers']} workers on {first['nodes']} nodes: makespan {statistics.median(spans):.2f} ms "
+    where = f" in {first['domains']} domains" if "domains" in first else ""
+    print(f"{first['workers']} workers on {first['nodes']} nodes{where}: makespan {statistics.median(spans):.2f} ms "
           f"(median of {len(runs)} seeds; {min(spans):.2f}-{max(spans):.2f}), utilisation {first['utilisation']:.3f}, "
           f"tasks {first['tasks']}, steals {first['steals']}, sleeps {first['sleeps']}, migrations "
           f"{first['migrations']}, shares {first['shares']} (seed {first['seed']}); invariants held in every seed")
