@@ -41,9 +41,10 @@ def add_arguments(p) -> None:
     p.add_argument("--domains", type=domains_arg, metavar="auto|off|N",
                    help="simulate the runtime in domains, one interpreter and GIL each, cut as bobox run --domains "
                    "cuts the machine (default: off, one interpreter); not with --trace")
-    p.add_argument("--gil-handoff-us", type=real(10_000.0, 0.0, open_min=False), metavar="US",
-                   help="microseconds between a GIL holder letting go and a waiting thread running (default: "
-                   f"{_default_handoff_us():g}, calibrated: measurements/2026-12-02-sim-calibration/)")
+    p.add_argument("--gil-handoff-us", type=real(10_000.0), metavar="US",
+                   help="microseconds between a GIL holder letting go and a waiting thread running, above 0 "
+                   f"(default: {_default_handoff_us():g}, calibrated: measurements/2026-12-02-sim-calibration/; "
+                   "0.001 for an almost ideal queue)")
     p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
