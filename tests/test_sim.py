@@ -299,3 +299,18 @@ def test_domains_auto_cuts_per_node_like_the_runtime():
     assert sim.layout == layout(topo, "auto")
     out = sim.run()
     assert out["domains"] == 4 and out["requests"] == 6
+
+
+def test_packets_on_a_remote_node_pay_the_numa_penalty_and_count_as_remote():
+    """memory="remote" (the runtime's own setting, figure 2): every packet lives on the
+    next node, so nearly no task finds its input on its own node, and with a NUMA
+    penalty the run gets longer; without one (an emulated guest) it does not."""
+    def run_(memory, numa):
+        return Simulation(describe("2x2"), chain_mix(8, packets=10), seed=1, memory=memory,
+                          costs=Costs(numa=numa, jitter=0.0)).run()
+
+    local, remote = run_("local", 0.5), run_("remote", 0.5)
+    assert local["local_fraction"] > 0.9 and remote["local_fraction"] < 0.1
+    assert remote["makespan_ms"] > 1.1 * local["makespan_ms"]
+    flat_l, flat_r = run_("local", 0.0), run_("remote", 0.0)
+    assert abs(flat_r["makespan_ms"] / flat_l["makespan_ms"] - 1) < 0.05

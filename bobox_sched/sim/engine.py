@@ -119,12 +119,16 @@ class Simulation:
     at time 0) on `topology` under `policy`."""
 
     def __init__(self, topology, plans, policy: str = "bobox", threads_per_node: int | None = None,
-                 seed: int = 0, costs: Costs | None = None, arrivals_ns=None, label: str | None = None):
+                 seed: int = 0, costs: Costs | None = None, arrivals_ns=None, label: str | None = None,
+                 memory: str = "local"):
         self.costs = costs or Costs()
         self.rng = np.random.default_rng(seed)
         self.seed = seed
+        # memory: where workers' packets live -- "local" (their node's pool) or "remote"
+        # (the next node's: the runtime's own Scheduler(memory=...), figure 2's setting)
         self.core = VirtualCore(topology=topology, policy=policy, threads_per_node=threads_per_node, pin=False,
-                                balance_interval=None)
+                                balance_interval=None, memory=memory)
+        self.homed = self.local_tasks = 0  # tasks whose input packet has a home node; of them, on the worker's
         self.policy = self.core.policy
         self.workers = list(self.core.workers)
         self.topology = topology
@@ -284,6 +288,9 @@ class Simulation:
         held, rel = getattr(op, "cost", Cost()).of(rows)
         held += self.costs.sched_ns
         home = home_node(task)
+        if home is not None and w.node_id is not None:
+            self.homed += 1
+            self.local_tasks += home == w.node_id
         if home is not None and w.node_id is not None and home != w.node_id and home in self.node_index:
             d = self.topology.nodes[self.node_index[w.node_id]].distances[self.node_index[home]]
             rel *= 1 + self.costs.numa * (d / self.local - 1)
@@ -391,6 +398,8 @@ class Simulation:
             "busy_ms": round(busy / 1e6, 4),
             "utilisation": round(busy / (span * len(self.workers)), 4) if span else 0.0,
             "steps": {str(k): sum(w.steps[k] for w in self.workers) for k in range(1, 6)},
+            # tasks whose oldest input packet lay on the worker's own node, of those with one
+            "local_fraction": round(self.local_tasks / self.homed, 4) if self.homed else None,
         }
 
     def document(self) -> dict:
