@@ -34,7 +34,7 @@ def main():
         remote = max(max(d) for d in vm["distances"])
         spec = f"{n} nodes x {c} cores, distances 10/{remote}"
         doc = vm.pop("trace_1w")
-        one = simulate(doc, f"1 nodes x 1 cores", "local", 0.0)
+        one = simulate(doc, "1 nodes x 1 cores", "local", 0.0)
         res = {"spec": spec, "one_worker": one}
         # numa 0: the guest's memory is the host's, local or "remote" (its NUMA factor,
         # bobox topology --numa-factor in the guest, read 0.78-1.09: numa_factor.txt);
@@ -46,15 +46,16 @@ def main():
         for numa in ("0.0", "0.5"):
             s = res[numa]
             s_ratio = s["remote"]["makespan_ms"] / s["local"]["makespan_ms"]
-            rows.append(f"| {n} nodes x {c} | {numa} | {vm['local']['local_fraction']:.3f} | "
-                        f"{s['local']['local_fraction']:.3f} | {m_ratio:.3f} | {s_ratio:.3f} | "
+            rows.append(f"| {n} nodes x {c} | {numa} | {vm['local']['local_fraction']:.3f} / "
+                        f"{vm['remote']['local_fraction']:.3f} | {s['local']['local_fraction']:.3f} / "
+                        f"{s['remote']['local_fraction']:.3f} | {m_ratio:.3f} | {s_ratio:.3f} | "
                         f"{100 * (s_ratio / m_ratio - 1):+.1f} % | {vm['local']['wall_s']:.2f} | "
                         f"{s['local']['makespan_ms'] / 1000:.2f} | {100 * (s['local']['makespan_ms'] / 1000 / vm['local']['wall_s'] - 1):+.1f} % |")
         rows.append(f"| {n} nodes x {c}, 1 worker | | | | | | | {vm['one_worker_s']:.2f} | "
                     f"{one['makespan_ms'] / 1000:.2f} | {100 * (one['makespan_ms'] / 1000 / vm['one_worker_s'] - 1):+.1f} % |")
     with open(os.path.join(HERE, "sim.json"), "w") as f:
         json.dump(out, f, indent=1)
-    text = ("| guest | sim numa | local fraction measured | simulated | remote/local measured | simulated | error | "
+    text = ("| guest | sim numa | local fraction (local / remote memory) measured | simulated | remote/local measured | simulated | error | "
             "wall s (local) measured | simulated | error |\n|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
     with open(os.path.join(HERE, "table.md"), "w") as f:
