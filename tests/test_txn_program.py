@@ -201,6 +201,12 @@ def test_program_errors_are_one_line_and_name_the_problem():
 
     with pytest.raises(ValueError, match="keeps the GIL"):
         Derive(held, ("k",), (("x", np.int64),))
+
+    def copy(a, out):
+        out[:] = a
+
+    with pytest.raises(ValueError, match="width must be an int >= 1, not 0"):
+        Derive(copy, ("k",), (("x", np.int64, 0),))
     # a later packet must keep the first one's widths
     prog = Program(access=(Read("a", "k", into="r"),))
     bp = prog.bind(_store(), kernels(), 1)

@@ -36,8 +36,7 @@ class DomainsSimulation:
                  seed: int = 0, costs=None, domain_workers: int | None = None, label: str | None = None):
         lay = domain_layout(topology, domains, domain_workers, gil=True)
         if lay is None:  # one interpreter: the whole machine
-            lay = [([c.os_index for c in topology.cpus if any(c.os_index in n.cpus for n in topology.cpu_nodes)],
-                    None)]
+            lay = [([c for n in topology.cpu_nodes for c in n.cpus], None)]
         self.layout = lay
         self.topology = topology
         self.sims = []

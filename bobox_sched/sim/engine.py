@@ -290,10 +290,11 @@ class Simulation:
         home = home_node(task)
         if home is not None and w.node_id is not None:
             self.homed += 1
-            self.local_tasks += home == w.node_id
-        if home is not None and w.node_id is not None and home != w.node_id and home in self.node_index:
-            d = self.topology.nodes[self.node_index[w.node_id]].distances[self.node_index[home]]
-            rel *= 1 + self.costs.numa * (d / self.local - 1)
+            if home == w.node_id:
+                self.local_tasks += 1
+            elif home in self.node_index:
+                d = self.topology.nodes[self.node_index[w.node_id]].distances[self.node_index[home]]
+                rel *= 1 + self.costs.numa * (d / self.local - 1)
         if self.costs.jitter:
             f = float(np.exp(self.rng.normal(0.0, self.costs.jitter)))
             held, rel = held * f, rel * f

@@ -265,8 +265,8 @@ _current = [None, None]  # (number of registered functions, module) of the last 
 # 2-core VM, median of 5000 calls; append_ops took the same per operation), so 4000
 # operations are the 20-us crossover: GS and OB packets of 500 events release it, SL's
 # (~1500 operations) and TP's (1000) keep it.
-HOLD_BELOW = {"run_program": 4000, "build_pool": 600, "process_pool": 1000, "run_direct": 2000, "partition_ops": 2500, "gather_pool": 4000,
-              "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
+HOLD_BELOW = {"run_program": 4000, "build_pool": 600, "process_pool": 1000, "run_direct": 2000, "partition_ops": 2500,
+              "gather_pool": 4000, "finish_batch": 4000, "build_conds": 2000, "pool_local": 4000, "by_txn": 10000,
               "cond_only_reads": 10000}
 HOLD_BELOW_FEW = {"partition_ops": 8_000, "gather_pool": 12_000}
 FEW_WORKERS = 2

@@ -2,8 +2,8 @@
 timestamp order, one at a time, on a copy of the state.
 
 :func:`record` runs ``pre_process`` and ``state_access`` of an operator (or its access
-program, ``program.py``) over packets, without a scheduler, registering the operations; :func:`serial_oracle` executes them in
-ts order (the nogil kernel ``serial_run``: pre-transaction values for sources and
+program, ``program.py``) over packets, without a scheduler, registering the operations;
+:func:`serial_oracle` executes them in ts order (the nogil kernel ``serial_run``: pre-transaction values for sources and
 conditions, the AND of the conditions, operations in issue order, a constraint violation
 undoes the whole transaction) and returns the final records and every post-processed
 output. :func:`reference_run` is the same semantics in plain Python (small inputs:

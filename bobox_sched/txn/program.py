@@ -245,9 +245,9 @@ class Derive:
         for o in outputs:
             if not isinstance(o, tuple) or len(o) not in (2, 3) or not isinstance(o[0], str):
                 raise ValueError(f"Derive outputs are (name, dtype) or (name, dtype, width), not {o!r}")
-            width = o[2] if len(o) == 3 else 0
-            if not isinstance(width, int) or width < 0:
-                raise ValueError(f"Derive output {o[0]!r}: width must be an int >= 1")
+            width = o[2] if len(o) == 3 else 0  # 0: a (rows,) column
+            if len(o) == 3 and (not isinstance(width, int) or isinstance(width, bool) or width < 1):
+                raise ValueError(f"Derive output {o[0]!r}: width must be an int >= 1, not {width!r}")
             outs.append((o[0], np.dtype(o[1]), width))
         if not outs:
             raise ValueError("Derive needs at least one output column")
@@ -330,7 +330,7 @@ class BoundProgram:
                     self.conds_per_row += 1
                 continue
             t = resolve_table(store, s.table)
-            dt_i, ki, kw, one_d = self._ref(eb, s.key, "key", ints=True)
+            _, ki, kw, one_d = self._ref(eb, s.key, "key", ints=True)
             L = 1 if s.key.j is not None else kw
             if self.ops_per_row + L > MAX_OPS_PER_TXN:
                 raise ValueError(f"more than {MAX_OPS_PER_TXN} operations in one transaction")

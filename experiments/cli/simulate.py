@@ -100,7 +100,7 @@ def run(args) -> int:
     runs, doc = [], None
     for seed in range(args.seed, args.seed + args.seeds):
         if replayed is not None:
-            plans = replayed if seed == args.seed else replay_plans(replay_doc, rows=args.rows, copies=args.copies)
+            plans = replayed  # a plan is a recipe: every submit makes fresh operators
         else:
             plans = chain_mix(args.requests, args.length, args.packets, args.rows, seed, args.gil_share)
         label = "bobox " + " ".join(getattr(args, "argv", []))

@@ -22,7 +22,7 @@ float64 (integers exact up to 2**53).
 import numpy as np
 from numba import njit
 
-from bobox_sched.txn.kernels.fields import F_FUN, F_G, F_KIND, F_OUT, F_SEQ, F_SRC, F_TS, F_TXN
+from bobox_sched.txn.kernels.register import put_cond, put_op
 
 # ---- fragment: funs.kernels() copies the text below into the kernel module ----
 
@@ -69,6 +69,14 @@ W_LT = 3
 W_LE = 4
 W_GT = 5
 W_GE = 6
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _prog_bad(out, p, r):
+    """``run_program``'s answer for a key out of range: (step, row) in ``out[3:5]``, -1."""
+    out[3] = p
+    out[4] = r
+    return -1
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -157,23 +165,15 @@ def run_program(prog, pc, I, F, Bo, n, ts, ib, fb, n0, cb, cf, nc0, txn0, seq0, 
                     continue
                 key = _prog_at(ka, kj, r, 0)
                 if key < 0 or key >= nk:
-                    out[3] = p
-                    out[4] = r
-                    return -1
-                cb[c, 0] = txn0 + r
-                cb[c, 1] = tbase + key
-                cb[c, 2] = code
+                    return _prog_bad(out, p, r)
                 if sbase >= 0:
                     rk = _prog_at(sa, sj, r, 0)
                     if rk < 0 or rk >= snk:
-                        out[3] = p
-                        out[4] = r
-                        return -1
-                    cb[c, 3] = sbase + rk
-                    cf[c] = 0.0
+                        return _prog_bad(out, p, r)
+                    put_cond(cb, cf, c, txn0 + r, tbase + key, code, sbase + rk, 0.0)
                 else:
-                    cb[c, 3] = -1
-                    cf[c] = _prog_num(vg, vc, vI, vF, vB, vj, r, 0)
+                    put_cond(cb, cf, c, txn0 + r, tbase + key, code, -1,
+                             _prog_num(vg, vc, vI, vF, vB, vj, r, 0))
                 c += 1
             continue
         L = prog[p, P_L]
@@ -184,26 +184,15 @@ def run_program(prog, pc, I, F, Bo, n, ts, ib, fb, n0, cb, cf, nc0, txn0, seq0, 
             for j in range(L):
                 key = _prog_at(ka, kj, r, j)
                 if key < 0 or key >= nk:
-                    out[3] = p
-                    out[4] = r
-                    return -1
-                ib[k, F_TS] = ts[r]
-                ib[k, F_SEQ] = seq + j
-                ib[k, F_G] = tbase + key
-                ib[k, F_KIND] = kind
-                ib[k, F_FUN] = code
+                    return _prog_bad(out, p, r)
+                src = -1
                 if sbase >= 0:
                     sk = _prog_at(sa, sj, r, j)
                     if sk < 0 or sk >= snk:
-                        out[3] = p
-                        out[4] = r
-                        return -1
-                    ib[k, F_SRC] = sbase + sk
-                else:
-                    ib[k, F_SRC] = -1
-                ib[k, F_OUT] = s + r * L + j if into else -1
-                ib[k, F_TXN] = txn0 + r
-                fb[k] = _prog_num(vg, vc, vI, vF, vB, vj, r, j)
+                        return _prog_bad(out, p, r)
+                    src = sbase + sk
+                put_op(ib, fb, k, ts[r], seq + j, tbase + key, kind, code, src, s + r * L + j if into else -1,
+                       txn0 + r, _prog_num(vg, vc, vI, vF, vB, vj, r, j))
                 k += 1
         seq += L
         if into:

@@ -19,6 +19,32 @@ from bobox_sched.txn.kernels.fields import F_FUN, F_G, F_KIND, F_OUT, F_SEQ, F_S
 # compute mode: registering operations
 
 
+@njit(nogil=True, cache=True, _nrt=False)
+def put_op(ib, fb, k, ts, seq, g, kind, fun, src, out, txn, param):
+    """Row `k` of an operation buffer (``fields.py``): the one place its layout is
+    written (``append_ops``, ``cond_only_reads``, ``program.run_program``)."""
+    ib[k, F_TS] = ts
+    ib[k, F_SEQ] = seq
+    ib[k, F_G] = g
+    ib[k, F_KIND] = kind
+    ib[k, F_FUN] = fun
+    ib[k, F_SRC] = src
+    ib[k, F_OUT] = out
+    ib[k, F_TXN] = txn
+    fb[k] = param
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def put_cond(cb, cf, c, txn, g, code, g2, rhs):
+    """Row `c` of a condition buffer (module doc): ``(txn, g, code, g2)`` and the
+    constant `rhs` (``append_conds``, ``program.run_program``)."""
+    cb[c, 0] = txn
+    cb[c, 1] = g
+    cb[c, 2] = code
+    cb[c, 3] = g2
+    cf[c] = rhs
+
+
 @njit(nogil=False, cache=True)
 def append_ops(ib, fb, n0, ts, seq, keys, tbase, nkeys, kind, fun, params, srckeys, sbase, snkeys, out0, txn0,
                mask, use_mask):
@@ -41,21 +67,14 @@ def append_ops(ib, fb, n0, ts, seq, keys, tbase, nkeys, kind, fun, params, srcke
             key = keys[r, j]
             if key < 0 or key >= nkeys:
                 return -1 - r
-            ib[k, F_TS] = ts[r]
-            ib[k, F_SEQ] = seq + j
-            ib[k, F_G] = tbase + key
-            ib[k, F_KIND] = kind
-            ib[k, F_FUN] = fun
+            src = -1
             if sbase >= 0:
                 sk = srckeys[r, j if sj else 0]
                 if sk < 0 or sk >= snkeys:
                     return -1 - r
-                ib[k, F_SRC] = sbase + sk
-            else:
-                ib[k, F_SRC] = -1
-            ib[k, F_OUT] = out0 + r * L + j if out0 >= 0 else -1
-            ib[k, F_TXN] = txn0 + r
-            fb[k] = params[r, j if pj else 0]
+                src = sbase + sk
+            put_op(ib, fb, k, ts[r], seq + j, tbase + key, kind, fun, src, out0 + r * L + j if out0 >= 0 else -1,
+                   txn0 + r, params[r, j if pj else 0])
             k += 1
     return k
 
@@ -72,18 +91,13 @@ def append_conds(cb, cf, n0, txn0, keys, tbase, nkeys, code, rhs, rkeys, rbase, 
         key = keys[r]
         if key < 0 or key >= nkeys:
             return -1 - r
-        cb[k, 0] = txn0 + r
-        cb[k, 1] = tbase + key
-        cb[k, 2] = code
         if rbase >= 0:
             rk = rkeys[r]
             if rk < 0 or rk >= rnkeys:
                 return -1 - r
-            cb[k, 3] = rbase + rk
-            cf[k] = 0.0
+            put_cond(cb, cf, k, txn0 + r, tbase + key, code, rbase + rk, 0.0)
         else:
-            cb[k, 3] = -1
-            cf[k] = rhs[r]
+            put_cond(cb, cf, k, txn0 + r, tbase + key, code, -1, rhs[r])
         k += 1
     return k
 
@@ -102,15 +116,7 @@ def cond_only_reads(ib, fb, n, cb, nc, tts, ntx):
         if has[x]:
             continue
         has[x] = 1
-        ib[k, F_TS] = tts[x]
-        ib[k, F_SEQ] = 0
-        ib[k, F_G] = cb[c, 1]
-        ib[k, F_KIND] = READ
-        ib[k, F_FUN] = 0
-        ib[k, F_SRC] = -1
-        ib[k, F_OUT] = -1
-        ib[k, F_TXN] = x
-        fb[k] = 0.0
+        put_op(ib, fb, k, tts[x], 0, cb[c, 1], READ, 0, -1, -1, x, 0.0)
         k += 1
     return k
 
