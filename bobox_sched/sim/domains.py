@@ -47,21 +47,22 @@ class DomainsSimulation:
                                         label=f"{label or 'simulated'} · domain {i}"))
         self.seed = seed
         self.waiting = deque(plans)
-        self.nplans = len(plans)
-        self.inflight = [0] * len(self.sims)
-        self.sent = [0] * len(self.sims)
+
+    @staticmethod
+    def _inflight(sim) -> int:
+        """Requests the front sent `sim` that have not ended (a domain's ``plans`` are the
+        requests sent to it, ``done`` those ended)."""
+        return len(sim.plans) - len(sim.done)
 
     def _send(self, t: float) -> None:
         """The front fills every domain up to its limit, least loaded first."""
-        sims, inflight = self.sims, self.inflight
+        sims = self.sims
         while self.waiting:
-            room = [i for i, s in enumerate(sims) if inflight[i] < INFLIGHT_PER_WORKER * len(s.workers)]
+            room = [s for s in sims if self._inflight(s) < INFLIGHT_PER_WORKER * len(s.workers)]
             if not room:
                 return
-            i = min(room, key=lambda k: (inflight[k] / len(sims[k].workers), k))
-            sims[i].submit_at(t + FRONT_NS, self.waiting.popleft())
-            inflight[i] += 1
-            self.sent[i] += 1
+            s = min(room, key=lambda s: self._inflight(s) / len(s.workers))  # the first of equals
+            s.submit_at(t + FRONT_NS, self.waiting.popleft())
 
     def run(self) -> dict:
         for s in self.sims:
@@ -79,9 +80,7 @@ class DomainsSimulation:
             s = sims[i]
             before = len(s.done)
             s.step()
-            ended = len(s.done) - before
-            if ended:
-                self.inflight[i] -= ended
+            if len(s.done) > before:  # a request ended: the front sends the next
                 self._send(s.now)
         parts = [s.finish() for s in sims]
         return self.summary(parts)
@@ -98,7 +97,7 @@ class DomainsSimulation:
             "migrations": sum(p["migrations"] for p in parts), "shares": sum(p["shares"] for p in parts),
             "events": sum(p["events"] for p in parts), "busy_ms": round(busy, 4),
             "utilisation": round(busy / (span * workers), 4) if span else 0.0,
-            "requests_per_domain": self.sent, "per_domain": parts,
+            "requests_per_domain": [len(s.plans) for s in self.sims], "per_domain": parts,
         }
 
 

@@ -383,6 +383,14 @@ class BoundProgram:
             raise ValueError(f"the {what} column {name!r} must hold integers, not {dt}")
         return dt, i, w, one_d
 
+    def _one(self, eb, col: Col, what: str, ints: bool = False):
+        """(group dtype, index) of `col`, which must give one value per row: a 1-D
+        column, or one column of a 2-D one."""
+        dt, i, w, _ = self._ref(eb, col, what, ints)
+        if col.j is None and w != 1:
+            raise ValueError(f"the {what} column {col.name!r} has {w} columns: name one, Col(name)[j]")
+        return dt, i
+
     @staticmethod
     def _row(kind, t, ki, j, L):
         r = np.zeros(_k.PW, np.int64)
@@ -408,9 +416,7 @@ class BoundProgram:
     def _filter(self, eb, r, w, consts) -> None:
         if w is None:
             return
-        dt, i, width, _ = self._ref(eb, w.col, "where=")
-        if w.col.j is None and width != 1:
-            raise ValueError(f"where= column {w.col.name!r} has {width} columns: name one, Col(name)[j]")
+        dt, i = self._one(eb, w.col, "where=")
         r[_k.P_WG], r[_k.P_WI], r[_k.P_WJ] = self._GROUP[dt], i, -1 if w.col.j is None else w.col.j
         r[_k.P_WOP], r[_k.P_WNEG] = w.op, int(w.neg)
         consts[-1][1] = w.value
@@ -418,26 +424,20 @@ class BoundProgram:
     def _cond_row(self, store, eb, c: Cond, where, consts):
         t = resolve_table(store, c.table)
         key = _col(c.keys, "condition key")
-        _, ki, kw, _ = self._ref(eb, key, "condition key", ints=True)
-        if key.j is None and kw != 1:
-            raise ValueError(f"condition key column {key.name!r} has {kw} columns: name one, Col(name)[j]")
+        _, ki = self._one(eb, key, "condition key", ints=True)
         r = self._row(_k.COND, t, ki, key.j, 1)
         r[_k.P_CODE] = c.cfun.code
         rhs = c.rhs
         if isinstance(rhs, tuple) and len(rhs) == 2 and not isinstance(rhs[0], numbers.Real):
             rt = resolve_table(store, rhs[0])
             rk = _col(rhs[1], "condition record key")
-            _, ri, rw, _ = self._ref(eb, rk, "condition record key", ints=True)
-            if rk.j is None and rw != 1:
-                raise ValueError(f"condition record key column {rk.name!r} has {rw} columns")
+            _, ri = self._one(eb, rk, "condition record key", ints=True)
             r[_k.P_SBASE], r[_k.P_SNK], r[_k.P_SI], r[_k.P_SJ] = rt.base, rt.nkeys, ri, -1 if rk.j is None else rk.j
             consts.append([0.0, 0.0])
         else:
             v = _val(rhs, "condition operand")
             if isinstance(v, Col):
-                dt, i, w, _ = self._ref(eb, v, "condition operand")
-                if v.j is None and w != 1:
-                    raise ValueError(f"condition operand column {v.name!r} has {w} columns")
+                dt, i = self._one(eb, v, "condition operand")
                 r[_k.P_VG], r[_k.P_VI], r[_k.P_VJ] = self._GROUP[dt], i, -1 if v.j is None else v.j
                 consts.append([0.0, 0.0])
             else:

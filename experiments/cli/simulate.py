@@ -14,12 +14,6 @@ MAX_SEEDS = 100_000
 MAX_SIM_REQUESTS = 4096
 
 
-def _default_handoff_us() -> float:
-    from bobox_sched.sim import Costs
-
-    return Costs().gil_handoff_ns / 1000.0
-
-
 def add_arguments(p) -> None:
     p.add_argument("--machine", default="live", metavar="SPEC",
                    help="live (default), a captured sysfs tree (a folder with sys/ and proc/), or a description: "
@@ -43,8 +37,8 @@ def add_arguments(p) -> None:
                    "cuts the machine (default: off, one interpreter); not with --trace")
     p.add_argument("--gil-handoff-us", type=real(10_000.0), metavar="US",
                    help="microseconds between a GIL holder letting go and a waiting thread running, above 0 "
-                   f"(default: {_default_handoff_us():g}, calibrated: measurements/2026-12-02-sim-calibration/; "
-                   "0.001 for an almost ideal queue)")
+                   "(default: the calibrated Costs.gil_handoff_ns of bobox_sched/sim/engine.py, printed with the run; "
+                   "measurements/2026-12-02-sim-calibration/; 0.001 for an almost ideal queue)")
     p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
@@ -91,7 +85,8 @@ def run(args) -> int:
             f"{args.requests} requests (chains of {args.length}, {args.packets} packets of {args.rows} rows, "
             f"GIL share {args.gil_share})")
     print(f"simulating {what} under {args.policy} on {topo.root} ({len(topo.cpu_nodes)} nodes, "
-          f"{workers} workers), seeds {args.seed}..{args.seed + args.seeds - 1}", file=sys.stderr)
+          f"{workers} workers), GIL hand-off {costs.gil_handoff_ns / 1000:g} us, seeds "
+          f"{args.seed}..{args.seed + args.seeds - 1}", file=sys.stderr)
     bar = None
     if not args.no_progress and args.seeds > 1:
         from tqdm import tqdm
