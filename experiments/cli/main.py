@@ -52,6 +52,11 @@ SUBCOMMANDS = [
      "run TPC-H query requests concurrently (the main job)",
      "Submit the queries N x M times at once and print query times and "
      "scheduler metrics. With no arguments: SF 0.1 data (generated if missing), the query mix."),
+    ("sql", "experiments.cli.sql", "add_arguments", "run",
+     "run one SQL query (or --explain it) on the scheduler",
+     "Plan a SQL query (sqlglot: parse, qualify, fold constants; subqueries unnested into joins; join order "
+     "from Parquet statistics) and run it on the scheduler: print the result, write it (--output), or print "
+     "the plan (--explain). Errors in the text are one line with their position, exit status 2."),
     ("trace", "experiments.cli.trace", "add_arguments", "run",
      "check a trace of a run, print its per-worker summary, draw its timeline",
      "Read a Chrome trace written by bobox run --trace (Perfetto and chrome://tracing open it too): "

@@ -23,6 +23,10 @@ def add_scheduler_arguments(p) -> None:
 def add_run_arguments(p) -> None:
     p.add_argument("queries", nargs="*", metavar="QUERY",
                    help="TPC-H queries to run (default: q1 q3 q5 q6 q10 q12 q14 q18)")
+    p.add_argument("--sql", type=path, nargs="+", metavar="FILE",
+                   help="submit the SQL queries of these files instead (one query per file, named by the file)")
+    p.add_argument("--all", action="store_true",
+                   help="run the 22 TPC-H queries, written as SQL with the validation parameters")
     p.add_argument("--data", type=path, metavar="DIR",
                    help="TPC-H Parquet folder (default: data/tpch-sf<SF>, generated if missing)")
     p.add_argument("--sf", type=scale_factor, metavar="X",
@@ -91,10 +95,66 @@ def check_requests(queries: int, copies: int, flags: str = "--concurrency x --re
     return n
 
 
+def sql_texts(args) -> dict | None:
+    """``--sql FILE ...`` / ``--all``: {name: SQL text}, each text parsed (one line and exit 2 on
+    a syntax error, before any work); None without them."""
+    from bobox_sched.core.errors import BoboxError
+
+    if not args.sql and not args.all:
+        return None
+    if args.queries:
+        raise BoboxError(f"query names ({' '.join(args.queries)}) and {'--all' if args.all else '--sql'}: "
+                         "give one or the other")
+    if args.sql and args.all:
+        raise BoboxError("--sql and --all: give one or the other")
+    from experiments.cli.sql import syntax_check
+    from operators.sql import SqlError
+
+    if args.all:
+        from operators.tpch_sql import QUERIES
+
+        texts = dict(QUERIES)
+    else:
+        from pathlib import Path
+
+        texts = {}
+        for f in args.sql:
+            name = Path(f).stem
+            if name in texts:
+                raise BoboxError(f"--sql: two files named {name!r} (results are named by the file)")
+            try:
+                texts[name] = Path(f).read_text()
+            except OSError as e:
+                raise BoboxError(f"--sql: cannot read {f}: {e.strerror or e}") from None
+            except UnicodeDecodeError:
+                raise BoboxError(f"--sql: {f} is not UTF-8 text") from None
+    for name, text in texts.items():
+        try:
+            syntax_check(text)
+        except SqlError as e:
+            raise BoboxError(f"{name}: {e}") from None
+    return texts
+
+
+def sql_plans(texts: dict, data, parallel: int) -> dict:
+    """{name: plan} of SQL texts; the first error is one line naming the query."""
+    from bobox_sched.core.errors import BoboxError
+    from operators.sql import SqlError, sql_plan
+
+    plans = {}
+    for name, text in texts.items():
+        try:
+            plans[name] = sql_plan(text, data, parallel, name=name)
+        except SqlError as e:
+            raise BoboxError(f"{name}: {e}") from None
+    return plans
+
+
 def run(args) -> int:
     from operators import tpch
 
-    queries = check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX)
+    texts = sql_texts(args)
+    queries = list(texts) if texts is not None else check_queries(args.queries, tpch.QUERIES, tpch.DEFAULT_MIX)
     check_requests(len(queries), args.concurrency * args.repeat)
     if args.output is not None:
         from experiments.cli.outputs import check_output_dir
@@ -126,7 +186,8 @@ def run(args) -> int:
         print(f"data {data}; {len(queries)} queries x {args.concurrency}x{args.repeat} copies, parallel={parallel}, "
               f"policy {args.policy}, {len(s.workers)} workers{where} on {len(s.topology.cpu_nodes)} node(s)",
               file=sys.stderr)
-        plans = build_plans(queries, data, parallel)  # loads the needed columns once
+        # loads the needed columns once; SQL errors are reported here, before any query runs
+        plans = sql_plans(texts, data, parallel) if texts is not None else build_plans(queries, data, parallel)
         # One untimed request per query first: loads the numba kernels (compiled and
         # cached on disk the first time ever) and fills the packet pools.
         print("warming up (kernels, packet pools) ...", file=sys.stderr)

@@ -48,7 +48,7 @@ def explain(text: str, data_dir, parallel: int = 1, fuse: bool = True) -> str:
     plan, rel, q = _plan(text, data_dir, parallel, fuse)
     lines = ["logical plan (estimated rows from Parquet metadata):"]
     lines += [f"  {i + 1:2d}. {s}" for i, s in enumerate(rel.steps)]
-    ops = plan.operator_names()
+    ops = list(plan.operator_names)
     lines.append(f"operators ({len(ops)}, parallel={parallel}, {'fused' if fuse else 'unfused'}):")
     lines.append("  " + ", ".join(ops))
     try:

@@ -15,6 +15,8 @@ alias, a column's name, or the expression's text (``sum(l_quantity)``, Q18).
 
 from __future__ import annotations
 
+import re
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
@@ -22,7 +24,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.simplify import simplify
 
 from operators.sql.catalog import Catalog
-from operators.sql.errors import SqlError
+from operators.sql.errors import SqlError, error_at
 
 DIALECT = "duckdb"
 
@@ -43,22 +45,45 @@ def _output_names(stmt) -> list[str] | None:
     return names
 
 
-def parse(text: str, catalog: Catalog) -> tuple[exp.Expression, list[str] | None]:
-    """(qualified and simplified statement, output names) of `text` (module doc)."""
+_TOKEN = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+.*?>")
+
+
+def _token_words(msg: str) -> str:
+    """sqlglot names tokens by their repr: '... got <Token token_type: ..., text: from, ...>'."""
+    return _TOKEN.sub(lambda m: "the end of the text" if m.group(1) == "SENTINEL" else repr(m.group(2)), msg)
+
+
+def statements(text: str) -> list:
+    """The statements of `text`, parsed: SqlError (one line, with the position) on a
+    syntax error. Needs no data: ``bobox sql`` and ``bobox run --sql`` check texts
+    before any data is generated or loaded."""
     if not text or not text.strip():
         raise SqlError("empty SQL text")
     try:
-        stmts = sqlglot.parse(text, read=DIALECT)
+        return sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
         err = (e.errors or [{}])[0]
-        msg = err.get("description") or str(e).splitlines()[0]
-        raise SqlError(f"syntax error: {msg.split('. Line')[0]}", err.get("line"), err.get("col")) from None
+        msg = (err.get("description") or str(e).splitlines()[0]).split(". Line")[0]
+        raise SqlError(f"syntax error: {_token_words(msg)}", err.get("line"), err.get("col")) from None
     except TokenError as e:
         raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
+
+
+def parse(text: str, catalog: Catalog) -> tuple[exp.Expression, list[str] | None]:
+    """(qualified and simplified statement, output names) of `text` (module doc)."""
+    stmts = statements(text)
     stmts = [s for s in stmts if s is not None]
     if len(stmts) != 1:
         raise SqlError(f"expected one statement, got {len(stmts)}")
     stmt = stmts[0]
+    if not isinstance(stmt, exp.Query):
+        raise error_at(stmt, "syntax error: not a query (expected SELECT ...)")
+    if not isinstance(stmt, exp.Select):
+        raise error_at(stmt, f"unsupported: {stmt.key.upper()} (one SELECT, with subqueries and CTEs, is)")
+    ctes = {c.alias_or_name for c in stmt.find_all(exp.CTE)}
+    for t in stmt.find_all(exp.Table):
+        if t.name not in catalog.tables and t.name not in ctes:
+            raise error_at(t, f"unknown table {t.name!r} (known: {', '.join(sorted(catalog.tables))})")
     names = _output_names(stmt)
     try:
         stmt = qualify(stmt, schema=catalog.schema(), dialect=DIALECT, validate_qualify_columns=True,
