@@ -51,6 +51,11 @@ def _coerce_date(node, e: Expr, kind: str, other: str) -> tuple[Expr, str]:
 
 def to_expr(node, resolve) -> tuple[Expr, str]:
     """(Expr, kind) of sqlglot `node` (module doc)."""
+    if node.args.get("negate"):  # sqlglot writes x NOT LIKE y as Like(negate=True), likewise IN, BETWEEN
+        plain = node.copy()
+        plain.set("negate", None)
+        e, k = to_expr(plain, resolve)
+        return ~e, k
     got = resolve(node)
     if got is not None:
         return got

@@ -442,7 +442,7 @@ class Planner:
         if isinstance(node, (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between)):
             return SEL_RANGE
         if isinstance(node, exp.Like):
-            return SEL_LIKE
+            return SEL_LIKE if not node.args.get("negate") else 0.9
         if isinstance(node, exp.In):
             return min(SEL_OTHER, SEL_EQ * max(1, len(node.expressions)))
         if isinstance(node, exp.Or):
@@ -451,7 +451,7 @@ class Planner:
             return Planner.selectivity(node.this) * Planner.selectivity(node.expression)
         if isinstance(node, exp.Not):
             return 1 - Planner.selectivity(node.this) if not isinstance(node.this, exp.Like) else 0.9
-        return SEL_OTHER
+        return SEL_OTHER if not node.args.get("negate") else 0.9
 
     # -- subqueries ------------------------------------------------------------------------------
     def unnest(self, c, env, plain, semis, extra_rels) -> None:
@@ -461,6 +461,8 @@ class Planner:
             if isinstance(node, exp.Not):
                 neg = not neg
             node = node.this
+        if node.args.get("negate"):  # x NOT IN (...): In(negate=True)
+            neg = not neg
         if isinstance(node, exp.Exists):
             self.unnest_exists(node.this, env, neg, semis, node)
             return
@@ -494,9 +496,25 @@ class Planner:
         own = {al for al, _, _ in sources_of(sub)}
         corr, local = [], []
         for c in conjuncts(sub.args.get("where").this if sub.args.get("where") else None):
-            outer = {n.table for n in c.find_all(exp.Column) if n.table and n.table not in own}
-            (corr if outer else local).append(c)
+            (corr if self.outer_refs(c, own) else local).append(c)
         return own, corr, local
+
+    @staticmethod
+    def outer_refs(node, own) -> set:
+        """Aliases `node` reads that neither `own` nor a subquery inside `node` defines."""
+        out = set()
+        for n in node.find_all(exp.Column):
+            if not n.table or n.table in own:
+                continue
+            a, inner = n.parent, False
+            while a is not None and a is not node:
+                if isinstance(a, exp.Select) and any(al == n.table for al, _, _ in sources_of(a)):
+                    inner = True
+                    break
+                a = a.parent
+            if not inner:
+                out.add(n.table)
+        return out
 
     def correlation_pairs(self, corr, own, sub_node):
         """(outer expression, inner expression) per equality correlation; the rest."""
@@ -927,6 +945,7 @@ class Planner:
                             aggs.append((name, "sum", case([(col(flag), 1)], 0), "int", a))
                         else:
                             aggs.append((name, "count", None, "int", a))
+                        names_of[a.sql()] = (name, "int")
                         continue
                     if func in ("sum", "avg") and k not in ("int", "float"):
                         raise error_at(a, f"type error: {func.upper()} of {k}")
