@@ -22,10 +22,11 @@ MAX_BARS = 200_000
 
 
 def summary(doc: dict) -> list[dict]:
-    """One row per worker: node, tasks, busy ms, GIL-held ms, rows, steals in, sleeps."""
+    """One row per worker: node, tasks, busy ms, GIL-held ms, rows and bytes taken, steals
+    in, sleeps (a trace written before slices had bytes counts 0 bytes)."""
     names: dict = {}
-    rows: dict = defaultdict(lambda: {"tasks": 0, "busy_ms": 0.0, "gil_held_ms": 0.0, "rows": 0, "stolen": 0,
-                                      "sleeps": 0, "sleep_ms": 0.0})
+    rows: dict = defaultdict(lambda: {"tasks": 0, "busy_ms": 0.0, "gil_held_ms": 0.0, "rows": 0, "bytes": 0,
+                                      "stolen": 0, "sleeps": 0, "sleep_ms": 0.0})
     for e in doc["traceEvents"]:
         ph = e.get("ph")
         if ph == "M" and e.get("name") == "process_name":
@@ -39,6 +40,7 @@ def summary(doc: dict) -> list[dict]:
             r["busy_ms"] += e["dur"] / 1000
             r["gil_held_ms"] += a.get("gil_held_us", e["dur"]) / 1000
             r["rows"] += a.get("rows", 0)
+            r["bytes"] += a.get("bytes", 0)
             r["stolen"] += a.get("step") == 4
         elif e.get("cat") == "sleep":
             r["sleeps"] += 1
@@ -51,8 +53,8 @@ def summary(doc: dict) -> list[dict]:
 
 
 def format_summary(rows: list[dict]) -> str:
-    head = ["node", "worker", "tasks", "busy ms", "GIL held ms", "rows", "stolen", "sleeps", "asleep ms"]
-    keys = ["node", "worker", "tasks", "busy_ms", "gil_held_ms", "rows", "stolen", "sleeps", "sleep_ms"]
+    head = ["node", "worker", "tasks", "busy ms", "GIL held ms", "rows", "bytes", "stolen", "sleeps", "asleep ms"]
+    keys = ["node", "worker", "tasks", "busy_ms", "gil_held_ms", "rows", "bytes", "stolen", "sleeps", "sleep_ms"]
     table = [head] + [[str(r[k]) for k in keys] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in table)

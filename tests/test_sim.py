@@ -314,3 +314,147 @@ def test_packets_on_a_remote_node_pay_the_numa_penalty_and_count_as_remote():
     assert remote["makespan_ms"] > 1.1 * local["makespan_ms"]
     flat_l, flat_r = run_("local", 0.0), run_("remote", 0.0)
     assert abs(flat_r["makespan_ms"] / flat_l["makespan_ms"] - 1) < 0.05
+
+
+# -- bytes and memory bandwidth shared per node ---------------------------------------------
+
+def _readers(requests, rows=1_000_000, bytes_row=8.0):
+    """`requests` plans of one packet each: a source that costs nothing, and a sink whose
+    released part reads `bytes_row` bytes a row and computes almost nothing (1 ps a row)."""
+    from bobox_sched.core.plan import Plan
+    from bobox_sched.sim.workload import Cost, SimSink, SimSource
+
+    out = []
+    for r in range(requests):
+        p = Plan(f"r{r}")
+        p.add("src", SimSource, 1, rows, Cost(0.0, 0.0, 0.0))
+        p.add("sink", SimSink, Cost(0.0, 0.0, 0.001, bytes_row=bytes_row))
+        p.chain("src", "sink")
+        out.append(p)
+    return out
+
+
+# no scheduler cost, wake-up, jitter or GIL hand-off: only the memory time is left
+_BARE = dict(sched_ns=0.0, wake_ns=0.0, jitter=0.0, gil_handoff_ns=0.0)
+
+
+def test_two_tasks_reading_one_node_at_once_share_its_bandwidth():
+    """8 MB read at 10 GB/s (10 bytes per ns) take 0.8 ms alone. Two requests on two
+    workers of one node read at the same time: the second reader shares the node with the
+    first, and the run takes twice as long; without a bandwidth they run side by side in
+    no time. On one worker the two reads come one after the other, each alone."""
+    def run_(spec, requests, bw):
+        sim = Simulation(describe(spec), _readers(requests), seed=0, costs=Costs(**_BARE, node_bandwidth_gbs=bw))
+        return sim, sim.run()
+
+    _, one = run_("1x2", 1, 10.0)
+    assert one["makespan_ms"] == pytest.approx(8e6 / 10.0 / 1e6)  # bytes / (bytes per ns), in ms
+    assert one["bytes"] == 8_000_000 and one["bandwidth_bound"] == 1
+    sim, two = run_("1x2", 2, 10.0)
+    assert two["makespan_ms"] == pytest.approx(2 * one["makespan_ms"])
+    assert two["bytes"] == 16_000_000 and two["bandwidth_bound"] == 2
+    sinks = [t for wt in sim.traces.values() for t in wt.tasks if t[2] == "sink" and t[6] > 0]
+    assert len(sinks) == 2 and max(t[0] for t in sinks) < min(t[1] for t in sinks)  # they did read at once
+    _, serial = run_("1x1", 2, 10.0)
+    assert serial["makespan_ms"] == pytest.approx(2 * one["makespan_ms"])
+    _, free1 = run_("1x2", 1, None)
+    _, free2 = run_("1x2", 2, None)
+    assert free1["makespan_ms"] == free2["makespan_ms"] < 0.01 * one["makespan_ms"]
+    assert free2["bandwidth_bound"] == 0 and free2["bytes"] == 16_000_000
+
+
+def test_without_a_bandwidth_bytes_change_nothing():
+    """Bandwidth None is the model without memory: a mix whose operators read bytes runs as
+    the same mix reading none (the same summary, the same trace but for the bytes), and so
+    does a mix reading none under a bandwidth."""
+    def run_(bytes_row, bw, memory="remote"):
+        sim = Simulation(describe("2x2"), chain_mix(8, packets=10, seed=1, bytes_row=bytes_row), seed=1,
+                         memory=memory, costs=Costs(node_bandwidth_gbs=bw))
+        out = sim.run()
+        doc = sim.document()
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "task":
+                e["args"].pop("bytes")
+        return {k: v for k, v in out.items() if k != "bytes"}, json.dumps(doc)
+
+    base = run_(0.0, None)
+    assert run_(8.0, None) == base
+    assert run_(0.0, 10.0) == base
+    limited, _ = run_(8.0, 0.05)  # 32 KB a packet at 50 MB/s: 655 us, over the ~200 us of compute
+    assert limited["bandwidth_bound"] > 0 and limited["makespan_ms"] > 1.5 * base[0]["makespan_ms"]
+
+
+def test_domains_on_one_node_share_its_bandwidth():
+    """Two domains of one worker each on one node: they read from the one node together,
+    so two reads at once take twice as long as one, as in one interpreter."""
+    from bobox_sched.sim import DomainsSimulation
+
+    def span(requests):
+        costs = Costs(**_BARE, node_bandwidth_gbs=10.0)
+        return DomainsSimulation(describe("1x2"), _readers(requests), domains=2, seed=0, costs=costs).run()
+
+    one, two = span(1), span(2)
+    assert two["requests_per_domain"] == [1, 1] and two["bytes"] == 16_000_000
+    assert two["makespan_ms"] - one["makespan_ms"] == pytest.approx(0.8)
+
+
+def test_replay_keeps_the_bytes_each_operator_read():
+    """A trace whose slices carry bytes (a simulated one: chain_mix reads 8 bytes a row in
+    every operator but the source) replays with the bytes per row that make each operator
+    read, in all, what it read in the trace: the replay's total is the trace's."""
+    from bobox_sched.sim.replay import replay_plans, requests_of, totals
+
+    doc = _sim_trace()
+    t = totals(doc)
+    assert t["bytes"] == 4 * 4 * 6 * 2048 * 8  # 4 requests x (3 operators and the sink) x 6 packets of 2048 rows
+    plans = replay_plans(doc)
+    for plan, (_rid, (_name, ops)) in zip(plans, sorted(requests_of(doc).items())):
+        specs = list(plan._specs.values())
+        packets, rows_per = specs[0][1][:2]
+        order = sorted(ops.values(), key=lambda rec: rec[4])
+        assert [args[-1].bytes_row * packets * rows_per for _, args, _ in specs] == pytest.approx(
+            [rec[5] for rec in order])
+    out = Simulation(describe("1x1"), plans, seed=3, costs=Costs(jitter=0.0)).run()
+    assert out["bytes"] == t["bytes"]
+    old = {"traceEvents": [dict(e, args={k: v for k, v in e["args"].items() if k != "bytes"})
+                           if e.get("cat") == "task" else e for e in doc["traceEvents"]]}
+    assert all(args[-1].bytes_row == 0 for p in replay_plans(old) for _, args, _ in p._specs.values())  # none: 0
+
+
+def test_machine_descriptions_set_a_bandwidth():
+    from bobox_sched.sim import bandwidth_of
+    from bobox_sched.sim.machine import MAX_BANDWIDTH_GBS
+    from experiments.cli import simulate as cli
+
+    assert cli.MAX_BANDWIDTH_GBS == MAX_BANDWIDTH_GBS
+    assert bandwidth_of("2 nodes x 4 cores, bandwidth 40G") == 40.0
+    assert bandwidth_of("2x4, smt 2, bandwidth 12.5 GB/s") == 12.5 and bandwidth_of("2x4") is None
+    assert bandwidth_of("live") is None
+    assert len(describe("2x4, bandwidth 40G").cpu_nodes) == 2
+    for bad in ("2x2, bandwidth 0", "2x2, bandwidth fast", "2x2, bandwidth", "2x2, bandwidth 1e9"):
+        with pytest.raises(TopologyError, match="bandwidth"):
+            describe(bad)
+
+
+def test_bobox_simulate_bandwidth(capsys):
+    import clirun
+
+    r = clirun.in_process("simulate", "--machine", "1x2", "--bandwidth-gbs", "0")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "--bandwidth-gbs" in lines[0]
+    common = ["--requests", "4", "--packets", "4", "--json", "--no-progress"]
+
+    def sim(*args):
+        r = clirun.in_process("simulate", *args, *common)
+        assert r.returncode == 0, r.stderr
+        return r.stderr, json.loads(r.stdout.strip().splitlines()[-1])["runs"][0]
+
+    err, free = sim("--machine", "1x2")
+    assert "memory bandwidth unlimited" in err and free["bandwidth_bound"] == 0 and free["bytes"] > 0
+    # 32 KB packets at 100 MB/s: 330 us each, over their compute (~200 us): the machine's setting applies
+    err, described = sim("--machine", "1x2, bandwidth 0.1G")
+    assert "memory bandwidth 0.1 GB/s per node" in err
+    assert described["bandwidth_bound"] > 0 and described["makespan_ms"] > free["makespan_ms"]
+    err, given = sim("--machine", "1x2, bandwidth 0.1G", "--bandwidth-gbs", "1000")  # the option wins
+    assert "memory bandwidth 1000 GB/s per node" in err and given["bandwidth_bound"] == 0
+    assert clirun.in_process("simulate", "--machine", "1x2, bandwidth slow").returncode == 2

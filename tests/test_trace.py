@@ -65,6 +65,48 @@ def test_rows_are_the_rows_each_operator_took(policy):
     assert by_op == {"src": 0, "m": 3 * 12_345, "sink": 3 * 12_345}
 
 
+class BytesSink(CountSink):
+    """Counts the bytes of the packets it takes, as ``Packet.nbytes`` says."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def on_packet(self, ctx, port, pkt):
+        super().on_packet(ctx, port, pkt)
+        self.bytes += pkt.nbytes
+
+    def on_end(self, ctx):
+        ctx.set_result({"rows": self.rows, "bytes": self.bytes})
+
+
+@pytest.mark.parametrize("policy", ["bobox", "simple"])
+def test_bytes_are_the_bytes_of_the_packets_each_operator_took(policy):
+    """Range sends n int64 values (8 bytes a row) in packets of 100; Double takes them and
+    sends as many; the sink counts what it took itself. Each task's bytes are those of the
+    packets it popped: per operator they add up to what it took."""
+    n = 12_345
+    tr = Tracer()
+    with Scheduler(policy=policy, threads_per_node=2, trace=tr) as s:
+        hs = []
+        for i in range(3):
+            p = Plan(f"b{i}")
+            p.add("src", Range, n, 100)
+            p.add("m", Double)
+            p.add("sink", BytesSink)
+            p.chain("src", "m", "sink")
+            hs.append(s.submit(p))
+        took = [h.result(60)["bytes"] for h in hs]
+    assert took == [8 * n] * 3
+    doc = tr.document()
+    assert chrome.validate(doc) == []
+    by_op: dict = {}
+    for e in slices(doc):
+        assert e["args"]["bytes"] == 8 * e["args"]["rows"]  # one int64 column: per task, not only in all
+        by_op[e["name"]] = by_op.get(e["name"], 0) + e["args"]["bytes"]
+    assert by_op == {"src": 0, "m": sum(took), "sink": sum(took)}
+
+
 def test_slice_args_split_task_time_into_gil_held_and_released():
     tr = Tracer()
     with Scheduler(policy="bobox", threads_per_node=1, trace=tr) as s:
@@ -122,9 +164,9 @@ def test_a_steal_is_an_arrow_from_the_victims_running_slice_to_the_thiefs_task()
     # worker 0 runs tasks at 1000-5000 and 6000-8000 ns; worker 1 steals from it at 3000 ns
     # (inside the first), at 6000 ns (as the second starts: inside it) and at 9000 ns
     # (after worker 0's last task ended: the arrow leaves from inside that last slice)
-    tr = _tracer({0: [(1000, 5000, "a", 0, 1, 10, 0, -1), (6000, 8000, "a", 0, 1, 10, 0, -1)],
-                  1: [(3000, 4000, "b", 0, 4, 10, 0, 0), (6000, 6500, "b", 0, 4, 10, 0, 0),
-                      (9000, 9500, "c", 0, 4, 0, 0, 0)]})
+    tr = _tracer({0: [(1000, 5000, "a", 0, 1, 10, 80, 0, -1), (6000, 8000, "a", 0, 1, 10, 80, 0, -1)],
+                  1: [(3000, 4000, "b", 0, 4, 10, 80, 0, 0), (6000, 6500, "b", 0, 4, 10, 80, 0, 0),
+                      (9000, 9500, "c", 0, 4, 0, 0, 0, 0)]})
     doc = chrome.document(tr)
     assert chrome.validate(doc) == []
     s = sorted((e for e in doc["traceEvents"] if e.get("ph") == "s"), key=lambda e: e["id"])
@@ -134,7 +176,7 @@ def test_a_steal_is_an_arrow_from_the_victims_running_slice_to_the_thiefs_task()
 
 
 def test_balancer_actions_are_arrows_between_nodes_and_the_window_cuts_a_warm_up():
-    tr = _tracer({0: [(1000, 2000, "warm", 0, 3, 0, 0, -1), (6000, 8000, "a", 1, 3, 0, 0, -1)]})
+    tr = _tracer({0: [(1000, 2000, "warm", 0, 3, 0, 0, 0, -1), (6000, 8000, "a", 1, 3, 0, 0, 0, -1)]})
     tr.requests = {0: ["warm", 500, 2500, "done"], 1: ["q1", 5000, 9000, "done"]}
     tr.actions = [(7000, "migrate", 1, 0, 1)]
     tr.window_ns = 5000
@@ -154,6 +196,11 @@ def test_validate_names_what_is_wrong():
     assert "missing dur" in chrome.validate({"traceEvents": [{k: v for k, v in ok.items() if k != "dur"}]})[0]
     assert "bad ts" in chrome.validate({"traceEvents": [dict(ok, ts=-1.0)]})[0]
     assert "unknown phase" in chrome.validate({"traceEvents": [dict(ok, ph="Q")]})[0]
+    task = dict(ok, cat="task", args={"rows": 10, "bytes": 80})
+    assert chrome.validate({"traceEvents": [task]}) == []
+    assert chrome.validate({"traceEvents": [dict(task, args={"rows": 10})]}) == []  # a trace from before bytes
+    assert "bad bytes -1" in chrome.validate({"traceEvents": [dict(task, args={"rows": 10, "bytes": -1})]})[0]
+    assert "bad rows '10'" in chrome.validate({"traceEvents": [dict(task, args={"rows": "10"})]})[0]
     flow = {"ph": "s", "name": "steal", "cat": "steal", "id": 1, "pid": 1, "tid": 0, "ts": 1.0}
     assert "want one s and one f" in chrome.validate({"traceEvents": [ok, flow]})[0]
     assert chrome.validate([]) == ["not a JSON object with a traceEvents list"]
@@ -181,6 +228,7 @@ def test_bobox_trace_summary_counts_what_the_run_did(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["workers"]
     assert sum(r["tasks"] for r in rows) == sum(w.tasks for w in s.workers)
     assert sum(r["rows"] for r in rows) == 3 * 2 * 20_000
+    assert sum(r["bytes"] for r in rows) == 3 * 2 * 20_000 * 8  # one int64 column
     assert sum(r["stolen"] for r in rows) == sum(w.steals for w in s.workers)
     assert not (tmp_path / "t.png").exists()
 

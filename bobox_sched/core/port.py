@@ -176,21 +176,25 @@ class Port(deque):
 
 
 class CountingPort(Port):
-    """A Port that also counts the rows of the packets popped from it (``rows``): the
-    core policies' ports while a run is traced (``bobox_sched/trace``), so that a task's
-    trace slice says how many rows it took. Only the consumer pops, so only it writes
-    ``rows`` (one writer; the traced worker loop reads it on the same thread). A run
-    without a tracer makes plain Ports: their ``popleft`` stays deque's C call."""
+    """A Port that also counts the rows and the bytes of the packets popped from it
+    (``rows``, ``bytes``: ``Packet.nbytes``, its columns' bytes): the core policies'
+    ports while a run is traced (``bobox_sched/trace``), so that a task's trace slice
+    says how many rows and bytes it took. Only the consumer pops, so only it writes
+    ``rows`` and ``bytes`` (one writer each; the traced worker loop reads them on the
+    same thread). A run without a tracer makes plain Ports: their ``popleft`` stays
+    deque's C call."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "bytes")
 
     def __init__(self, capacity: int):
         super().__init__(capacity)
         self.rows = 0
+        self.bytes = 0
 
     def popleft(self):
         item = deque.popleft(self)
         self.rows += getattr(item, "nrows", 0)  # a punctuation has no rows
+        self.bytes += getattr(item, "nbytes", 0)  # nor bytes
         return item
 
 

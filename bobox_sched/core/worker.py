@@ -181,9 +181,10 @@ class Worker:
             req.wsteps[wid][step] += 1  # this worker's row: no other writer
             victim = self.stolen_from if step == 4 else -1
             ports = getattr(task, "inq", ())
-            rows0 = 0
+            rows0 = bytes0 = 0
             for q in ports:
                 rows0 += getattr(q, "rows", 0)
+                bytes0 += getattr(q, "bytes", 0)
             rel0 = self.released_ns
             t0 = clock()
             if self.sleeps != s0:
@@ -194,10 +195,11 @@ class Worker:
                 req.fail(e, task)
             t1 = clock()
             self.busy_ns += t1 - t0
-            rows = -rows0
+            rows, nbytes = -rows0, -bytes0
             for q in ports:
                 rows += getattr(q, "rows", 0)
-            tasks.append((t0, t1, task.name, req.id, step, rows, self.released_ns - rel0, victim))
+                nbytes += getattr(q, "bytes", 0)
+            tasks.append((t0, t1, task.name, req.id, step, rows, nbytes, self.released_ns - rel0, victim))
             if t1 >= tr.next_sample:
                 tr.next_sample = t1 + MEMORY_SAMPLE_NS
                 memory.append((t1, *totals.held_by_request()))

@@ -12,6 +12,11 @@ and the front's own Python (its own process, off every domain's GIL).
 The domains' simulations are stepped together in time order (the one whose next event
 comes first plays it), so the front sees each request end at its virtual time. Each
 domain checks its own invariants; the run's figures are the domains' combined.
+
+Memory bandwidth (``Costs.node_bandwidth_gbs``, ``engine.py``'s module doc) is the
+node's, whichever domain reads from it: the domains share one count of the tasks reading
+from each node (``Simulation.reading``), which they update in that same time order, so
+two domains on one node share its bandwidth as two workers of one interpreter do.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ class DomainsSimulation:
             self.sims.append(Simulation(sub, [], policy=policy, threads_per_node=threads_per_node,
                                         seed=seed * 1009 + i, costs=costs,
                                         label=f"{label or 'simulated'} · domain {i}"))
+        shared: dict = {}  # node -> tasks reading from it now, over every domain (module doc)
+        for s in self.sims:
+            s.reading = shared
         self.seed = seed
         self.waiting = deque(plans)
 
@@ -96,6 +104,7 @@ class DomainsSimulation:
             "steals": sum(p["steals"] for p in parts), "sleeps": sum(p["sleeps"] for p in parts),
             "migrations": sum(p["migrations"] for p in parts), "shares": sum(p["shares"] for p in parts),
             "events": sum(p["events"] for p in parts), "busy_ms": round(busy, 4),
+            "bytes": sum(p["bytes"] for p in parts), "bandwidth_bound": sum(p["bandwidth_bound"] for p in parts),
             "utilisation": round(busy / (span * workers), 4) if span else 0.0,
             "requests_per_domain": [len(s.plans) for s in self.sims], "per_domain": parts,
         }

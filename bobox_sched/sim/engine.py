@@ -28,6 +28,21 @@ local rate times the NUMA penalty when the packet's home node is another node th
 worker's (``1 + numa * (distance / local - 1)``); both times a per-task jitter drawn
 from the seed.
 
+Memory bandwidth shared per node (``costs.node_bandwidth_gbs``: GB/s per NUMA node, that
+is bytes per ns; None, the default, is unlimited and leaves the model above exactly as it
+is): a task's released part reads ``rows * bytes_row`` bytes (its operator's ``Cost``)
+from node H, the home node of its packet (``home_node(task)``; the worker's own node when
+no packet waits). When that part starts (a **release** event, once the task's GIL-held
+head is over) let k be the number of tasks whose released part is reading from H at that
+moment, this one included: its memory time is ``bytes * k / bandwidth`` -- a
+processor-sharing estimate fixed at its start, so deterministic (a reader that starts
+later does not slow it down, nor does one that ends speed it up) -- and its released part
+lasts the longer of its compute time (the local rate, times the NUMA penalty, with its
+jitter) and its memory time. H's count drops when that released part ends (the task's
+**resume**, or its **end** when it takes the GIL no more). The summary counts the bytes
+read (``bytes``) and the tasks whose memory time exceeded their compute time
+(``bandwidth_bound``).
+
 The GIL: the interpreter's one GIL is a FIFO queue that a task joins twice -- when it
 starts, for its Python before the kernels, and when its kernels return, for the rest
 (``gil_tail`` of its held time) -- so that past some number of workers they wait for each
@@ -93,7 +108,18 @@ class Costs:
     packet's kernel time grows by half the distance ratio's excess (21/10: 1.55x, within
     the 1.3-1.7x NUMA factors ``bobox topology --numa-factor`` reports on two-socket
     hosts); ``jitter`` 0.1, the spread of a task's time around its cost (log-normal
-    sigma); ``balance_ns`` 100 ms, the bobox balancer's period."""
+    sigma); ``balance_ns`` 100 ms, the bobox balancer's period.
+
+    ``node_bandwidth_gbs``: the memory bandwidth of one NUMA node in GB/s (bytes per ns),
+    shared by the tasks reading from that node at once (module doc). None (the default):
+    unlimited -- a machine description gives no bandwidth unless it says one
+    (``bandwidth 40G``, ``machine.bandwidth_of``), and without one the runs are those of
+    the model without memory, byte for byte. A typical value is a measured STREAM-like
+    figure of the node to simulate; the model counts bytes read. For reference, this
+    project's 2-vCPU VM copies 512 MiB with ``np.copyto`` at 23.7-24.5 GB/s as STREAM
+    counts a copy (bytes read plus written), 11.8-12.2 GB/s of bytes read, one thread
+    (2026-12-02: the best of 7 copies, in two runs; a median fell to 18 GB/s while
+    other work shared the 2 vCPUs)."""
 
     sched_ns: float = 3_500.0
     wake_ns: float = 7_000.0
@@ -112,6 +138,7 @@ class Costs:
     # assumption: the trace says how long a task held the GIL, not when).
     gil_handoff_ns: float = 40_000.0
     gil_tail: float = 0.5
+    node_bandwidth_gbs: float | None = None
 
 
 class Simulation:
@@ -129,6 +156,12 @@ class Simulation:
         self.core = VirtualCore(topology=topology, policy=policy, threads_per_node=threads_per_node, pin=False,
                                 balance_interval=None, memory=memory)
         self.homed = self.local_tasks = 0  # tasks whose input packet has a home node; of them, on the worker's
+        # memory bandwidth (module doc): node -> tasks whose released part reads from it now (a
+        # DomainsSimulation gives its domains one such dict); id(task) -> the node it reads from
+        self.reading: dict = {}
+        self._reading_of: dict = {}
+        self.bytes_read = 0.0
+        self.bandwidth_bound = 0
         self.policy = self.core.policy
         self.workers = list(self.core.workers)
         self.topology = topology
@@ -225,6 +258,8 @@ class Simulation:
             self._look(x)
         elif kind == "resume":
             self._resume(*x)
+        elif kind == "release":
+            self._release(*x)
         elif kind == "submit":
             self._submit(x)
         elif kind == "balance":
@@ -285,8 +320,10 @@ class Simulation:
         self.running[key] = w
         op = task.op
         rows = op.sim_rows(task) if hasattr(op, "sim_rows") else queued_rows(task)
-        held, rel = getattr(op, "cost", Cost()).of(rows)
+        cost = getattr(op, "cost", Cost())
+        held, rel = cost.of(rows)
         held += self.costs.sched_ns
+        nbytes = rows * cost.bytes_row
         home = home_node(task)
         if home is not None and w.node_id is not None:
             self.homed += 1
@@ -300,9 +337,14 @@ class Simulation:
             held, rel = held * f, rel * f
         step = w.last_step
         victim = w.stolen_from if step == 4 else -1
-        tail = held * self.costs.gil_tail if rel > 0 else 0.0  # taken again after the kernels
+        reads = nbytes > 0 and self.costs.node_bandwidth_gbs is not None  # its time depends on the others'
+        tail = held * self.costs.gil_tail if rel > 0 or reads else 0.0  # taken again after the kernels
         start = self._gil(self.now, held - tail)
-        x = (w, task, self.now, int(rel), step, victim, rows)
+        if reads:
+            node = home if home is not None else w.node_id
+            self._push(start + held - tail, "release", (w, task, self.now, rel, step, victim, rows, nbytes, node, tail))
+            return
+        x = (w, task, self.now, int(rel), step, victim, rows, nbytes)
         if tail > 0:
             self._push(start + held - tail + rel, "resume", (x, tail))
         else:
@@ -319,11 +361,38 @@ class Simulation:
         self.gil_free = int(t + held)
         return t
 
+    def _release(self, w, task, t0, rel, step, victim, rows, nbytes, node, tail) -> None:
+        """A task's released part starts reading `nbytes` from `node`: its memory time,
+        shared with the node's other readers now, against its compute time `rel` (module
+        doc)."""
+        k = self.reading.get(node, 0) + 1
+        self.reading[node] = k
+        self._reading_of[id(task)] = node
+        mem = nbytes * k / self.costs.node_bandwidth_gbs
+        if mem > rel:
+            self.bandwidth_bound += 1
+            rel = mem
+        x = (w, task, t0, int(rel), step, victim, rows, nbytes)
+        if tail > 0:
+            self._push(self.now + rel, "resume", (x, tail))
+        else:
+            self._push(self.now + rel, "end", x)
+
+    def _read_done(self, task) -> None:
+        """`task`'s released part is over: it no longer reads from its node."""
+        node = self._reading_of.pop(id(task), None)
+        if node is not None:
+            self.reading[node] -= 1
+
     def _resume(self, x, tail: float) -> None:
         """A task's kernels are over: it takes the GIL back for the rest of its Python."""
+        if self._reading_of:
+            self._read_done(x[1])
         self._push(self._gil(self.now, tail) + tail, "end", x)
 
-    def _end(self, w, task, t0, rel, step, victim, rows) -> None:
+    def _end(self, w, task, t0, rel, step, victim, rows, nbytes) -> None:
+        if self._reading_of:
+            self._read_done(task)
         del self.running[id(task)]
         self.last_progress = self.now
         req = task.req
@@ -332,7 +401,8 @@ class Simulation:
         self.policy.run_task(w, task)
         w.busy_ns += self.now - t0
         w.released_ns += rel
-        self.traces[w.id].tasks.append((t0, self.now, task.name, req.id, step, rows, rel, victim))
+        self.bytes_read += nbytes
+        self.traces[w.id].tasks.append((t0, self.now, task.name, req.id, step, rows, round(nbytes), rel, victim))
         rid = req.id  # a request ends in one of its own tasks' runs: only this one can have ended now
         if rid not in self.done and req.future.done():
             self.done.add(rid)
@@ -401,6 +471,8 @@ class Simulation:
             "steps": {str(k): sum(w.steps[k] for w in self.workers) for k in range(1, 6)},
             # tasks whose oldest input packet lay on the worker's own node, of those with one
             "local_fraction": round(self.local_tasks / self.homed, 4) if self.homed else None,
+            # bytes the tasks' released parts read; tasks whose memory time exceeded their compute time
+            "bytes": round(self.bytes_read), "bandwidth_bound": self.bandwidth_bound,
         }
 
     def document(self) -> dict:

@@ -2,11 +2,13 @@
 their work would cost.
 
 Each operator carries a :class:`Cost`: nanoseconds with the GIL held per task and per
-row (the Python around a kernel: scheduling, dispatch, bookkeeping) and nanoseconds per
+row (the Python around a kernel: scheduling, dispatch, bookkeeping), nanoseconds per
 row with it released (the nogil kernel's work, paid at the local rate; a remote packet
-costs ``numa`` times more, ``engine.py``). The operators themselves run for real on the
-simulator's virtual workers (the runtime's ``run_task``: recv, send, delivery,
-back-pressure, end of stream), moving one-column packets of the real row counts through
+costs ``numa`` times more, ``engine.py``) and the bytes per row that released part reads
+(from the packet's home node: with a bandwidth per node, ``Costs.node_bandwidth_gbs``,
+the tasks reading from one node at once share it). The operators themselves run for
+real on the simulator's virtual workers (the runtime's ``run_task``: recv, send,
+delivery, back-pressure, end of stream), moving one-column packets of the real row counts through
 the real ports and packet pools, so the policies see the same tasks, lists and wake-ups
 as with real work; only the time is virtual.
 
@@ -28,11 +30,14 @@ from bobox_sched.core.plan import Plan
 
 @dataclass(frozen=True)
 class Cost:
-    """What one task of an operator costs (module doc), in nanoseconds."""
+    """What one task of an operator costs (module doc), in nanoseconds, and the bytes
+    per row its released part reads (``bytes_row``; 0: it reads none, its time is all
+    compute)."""
 
     held_task_ns: float = 2_000.0
     held_row_ns: float = 0.0
     released_row_ns: float = 50.0
+    bytes_row: float = 0.0
 
     def of(self, rows: int) -> tuple[float, float]:
         """(GIL-held ns, GIL-released ns at the local rate) of a task over `rows` rows."""
@@ -111,23 +116,25 @@ def home_node(task):
 
 
 def chain_mix(requests: int, length: int = 4, packets: int = 64, rows: int = 4096, seed: int = 0,
-              gil_share: float = 0.1, row_ns: float = 50.0) -> list[Plan]:
+              gil_share: float = 0.1, row_ns: float = 50.0, bytes_row: float = 8.0) -> list[Plan]:
     """`requests` chain plans (source, `length` operators, sink). Each operator's
     released per-row cost is `row_ns` times a factor drawn from [0.5, 2) per request and
     operator; its GIL-held time per task makes `gil_share` of a task of `rows` rows at
-    the mean rate."""
+    the mean rate. Every operator but the source reads `bytes_row` bytes per row
+    (default 8: the one int64 column the packets carry); the source reads no packet
+    (a real trace counts it 0 bytes too)."""
     rng = np.random.default_rng(seed)
     plans = []
     for r in range(requests):
         p = Plan(f"chain{r}")
         names = ["src"]
 
-        def cost():
+        def cost(reads=bytes_row):
             rel = row_ns * float(rng.uniform(0.5, 2.0))
             held = gil_share / max(1e-9, 1 - gil_share) * rel * rows
-            return Cost(held_task_ns=held, released_row_ns=rel)
+            return Cost(held_task_ns=held, released_row_ns=rel, bytes_row=reads)
 
-        p.add("src", SimSource, packets, rows, cost())
+        p.add("src", SimSource, packets, rows, cost(0.0))
         for k in range(length):
             p.add(f"op{k}", SimOp, cost())
             names.append(f"op{k}")

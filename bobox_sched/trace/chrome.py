@@ -9,8 +9,9 @@ JSON object form (``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData":
   metadata events ``M``), and a "balancer" thread (``tid`` = ``BALANCER_TID``) for the
   balancer's actions;
 * a **complete event** (``ph: "X"``, category ``task``) per task: name = the operator,
-  ``args``: request id and name, locality step, rows, ``gil_released_us`` and
-  ``gil_held_us`` (their sum is ``dur``); one per sleep (category ``sleep``);
+  ``args``: request id and name, locality step, rows and bytes taken from its inputs,
+  ``gil_released_us`` and ``gil_held_us`` (their sum is ``dur``); one per sleep
+  (category ``sleep``);
 * **flow arrows** (``ph: "s"`` then ``"f"`` with ``bp: "e"``): a steal, from the victim's
   slice running (or last ended) when the task was stolen to the thief's task; a
   migration or a share, from the balancer slice of the node it left to that of the node
@@ -25,10 +26,11 @@ Times are microseconds since the tracer started, written with nanosecond resolut
 ``busy_s`` of the same run to the nanosecond (``tests/test_trace.py``).
 
 :func:`validate` lists what is wrong with a document (required fields per phase,
-non-negative times, slices of one thread that overlap, flows without both ends, async
-events unpaired), :func:`busy_by_worker` sums the task slices, and :func:`write` writes
-a document atomically (a private temporary file in the same folder, flushed, then
-renamed over the target: a reader never sees half a trace).
+non-negative times, a task slice's rows or bytes that are not a non-negative number,
+slices of one thread that overlap, flows without both ends, async events unpaired),
+:func:`busy_by_worker` sums the task slices, and :func:`write` writes a document
+atomically (a private temporary file in the same folder, flushed, then renamed over the
+target: a reader never sees half a trace).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def document(tracer) -> dict:
     pid_of = {wt.wid: node_pid(wt.node) for wt in tracer.workers}
     for wt in tracer.workers:
         pid, tid = node_pid(wt.node), wt.wid
-        for a, b, name, rid, step, rows, rel, _victim in wt.tasks:
+        for a, b, name, rid, step, rows, nbytes, rel, _victim in wt.tasks:
             if b < cut:
                 continue
             a = max(a, cut)  # a task running when the window began: its part inside it
@@ -87,7 +89,7 @@ def document(tracer) -> dict:
                        "dur": _us(dur) if dur >= 0 else 0.0,
                        "args": {"request": rid, "request_name": names.get(rid, ""), "step": step,
                                 "step_name": STEP_NAMES.get(step, str(step)), "rows": rows,
-                                "gil_released_us": _us(rel), "gil_held_us": _us(dur - rel)}})
+                                "bytes": nbytes, "gil_released_us": _us(rel), "gil_held_us": _us(dur - rel)}})
         for a, b in wt.sleeps:
             if b < cut:
                 continue
@@ -99,7 +101,7 @@ def document(tracer) -> dict:
     # steals: from the victim's slice at (or last before) the steal to the thief's task
     flow = 0
     for wt in tracer.workers:
-        for a, b, _name, _rid, _step, _rows, _rel, victim in wt.tasks:
+        for a, b, _name, _rid, _step, _rows, _bytes, _rel, victim in wt.tasks:
             if victim < 0 or victim not in starts or a < cut:
                 continue
             vs, ve = starts[victim], ends[victim]
@@ -229,6 +231,12 @@ def validate(doc) -> list[str]:
                 problems.append(f"event {k}: bad dur {e['dur']!r}")
                 continue
             slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], k))
+            if e.get("cat") == "task":
+                args = e.get("args") or {}
+                for f in ("rows", "bytes"):  # (absent in a trace written before slices had bytes)
+                    v = args.get(f, 0)
+                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                        problems.append(f"event {k}: bad {f} {v!r}")
         elif ph in "sf":
             flows.setdefault((e.get("cat"), e["id"]), []).append(ph)
         elif ph in "be":

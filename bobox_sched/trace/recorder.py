@@ -9,14 +9,15 @@ own :class:`WorkerTrace`. Everything is in ``perf_counter_ns`` of this process;
 Records:
 
 * a worker's **task** (``WorkerTrace.tasks``): ``(t0, t1, name, request id, locality
-  step, rows taken, ns with the GIL released, victim)``, where ``t0``/``t1`` are the very
-  clock reads that ``busy_s`` sums (so a trace's per-worker busy time equals the
-  scheduler's stats to the nanosecond), the step is the policy's ``last_step`` (4: a
-  steal, and ``victim`` is the worker it was stolen from; -1 otherwise), the rows are
-  those of the packets the task popped from its inputs (counted by ``port.CountingPort``,
-  the core policies' ports while tracing; 0 where a policy queues input elsewhere), and
-  the released time is the worker's ``released_ns`` growth over the task (counted while
-  ``operators.released`` timing is on; 0 otherwise);
+  step, rows taken, bytes taken, ns with the GIL released, victim)``, where ``t0``/``t1``
+  are the very clock reads that ``busy_s`` sums (so a trace's per-worker busy time equals
+  the scheduler's stats to the nanosecond), the step is the policy's ``last_step`` (4: a
+  steal, and ``victim`` is the worker it was stolen from; -1 otherwise), the rows and
+  bytes are those of the packets the task popped from its inputs (``Packet.nrows`` and
+  ``Packet.nbytes``, counted by ``port.CountingPort``, the core policies' ports while
+  tracing; 0 where a policy queues input elsewhere), and the released time is the
+  worker's ``released_ns`` growth over the task (counted while ``operators.released``
+  timing is on; 0 otherwise);
 * a worker's **sleep** (``WorkerTrace.sleeps``): ``(t0, t1)`` of a ``next_task`` call
   in which the worker slept at least once (its ``sleeps`` counter grew);
 * a worker's **memory sample** (``WorkerTrace.memory``): ``(t, bytes held, {request id:

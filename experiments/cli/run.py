@@ -107,8 +107,8 @@ def sql_texts(args) -> dict | None:
                          "give one or the other")
     if args.sql and args.all:
         raise BoboxError("--sql and --all: give one or the other")
-    from experiments.cli.sql import syntax_check
     from operators.sql import SqlError
+    from operators.sql.frontend import statements
 
     if args.all:
         from operators.tpch_sql import QUERIES
@@ -130,7 +130,7 @@ def sql_texts(args) -> dict | None:
                 raise BoboxError(f"--sql: {f} is not UTF-8 text") from None
     for name, text in texts.items():
         try:
-            syntax_check(text)
+            statements(text)
         except SqlError as e:
             raise BoboxError(f"{name}: {e}") from None
     return texts

@@ -12,12 +12,16 @@ from experiments.cli.run import domains_arg
 
 MAX_SEEDS = 100_000
 MAX_SIM_REQUESTS = 4096
+# --bandwidth-gbs at most: bobox_sched/sim/machine.py's MAX_BANDWIDTH_GBS (not imported here:
+# --help would import the simulator; tests/test_sim.py checks that they agree)
+MAX_BANDWIDTH_GBS = 10_000.0
 
 
 def add_arguments(p) -> None:
     p.add_argument("--machine", default="live", metavar="SPEC",
                    help="live (default), a captured sysfs tree (a folder with sys/ and proc/), or a description: "
-                   "'NODES x CORES[, smt K][, l2 SIZE][, distances L/R]', e.g. '4 nodes x 16 cores, smt 2'")
+                   "'NODES x CORES[, smt K][, l2 SIZE][, distances L/R][, bandwidth GBPS]', e.g. "
+                   "'4 nodes x 16 cores, smt 2, bandwidth 40G'")
     p.add_argument("--policy", choices=["bobox", "simple"], default="bobox", help="policy to simulate (default bobox)")
     p.add_argument("--threads-per-node", type=count(4096), metavar="T", help="workers per node (default: its CPUs)")
     p.add_argument("--requests", type=count(MAX_SIM_REQUESTS), default=64, metavar="N",
@@ -39,6 +43,10 @@ def add_arguments(p) -> None:
                    help="microseconds between a GIL holder letting go and a waiting thread running, above 0 "
                    "(default: the calibrated Costs.gil_handoff_ns of bobox_sched/sim/engine.py, printed with the run; "
                    "measurements/2026-12-02-sim-calibration/; 0.001 for an almost ideal queue)")
+    p.add_argument("--bandwidth-gbs", type=real(MAX_BANDWIDTH_GBS), metavar="GBPS",
+                   help="memory bandwidth per NUMA node in GB/s, above 0, shared by the tasks reading from the node at "
+                   "once (default: the --machine description's 'bandwidth', else unlimited; Costs.node_bandwidth_gbs "
+                   "of bobox_sched/sim/engine.py says what this VM measures)")
     p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
@@ -53,11 +61,12 @@ def run(args) -> int:
 
     from bobox_sched import policies  # noqa: F401 - registers the policies
     from bobox_sched.core.errors import BoboxError
-    from bobox_sched.sim import Costs, DomainsSimulation, Simulation, Violation, chain_mix, machine
+    from bobox_sched.sim import Costs, DomainsSimulation, Simulation, Violation, bandwidth_of, chain_mix, machine
     from topology.errors import TopologyError
 
     try:
         topo = machine(args.machine)
+        bandwidth = args.bandwidth_gbs if args.bandwidth_gbs is not None else bandwidth_of(args.machine)
     except TopologyError as e:
         raise BoboxError(f"--machine: {e}") from None
     if args.trace is not None:
@@ -79,13 +88,16 @@ def run(args) -> int:
             raise BoboxError(f"--replay: cannot read {args.replay}: {e.strerror or e}") from None
         except (ValueError, ReplayError) as e:
             raise BoboxError(f"--replay: {args.replay}: {e}") from None
-    costs = Costs() if args.gil_handoff_us is None else Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0)
+    costs = Costs(node_bandwidth_gbs=bandwidth)
+    if args.gil_handoff_us is not None:
+        costs = Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0, node_bandwidth_gbs=bandwidth)
+    bw = "unlimited" if bandwidth is None else f"{bandwidth:g} GB/s per node"
     workers = sum(min(args.threads_per_node or len(n.cpus), 4096) for n in topo.cpu_nodes)
     what = (f"{len(replayed)} requests replayed from {args.replay}" if replayed is not None else
             f"{args.requests} requests (chains of {args.length}, {args.packets} packets of {args.rows} rows, "
             f"GIL share {args.gil_share})")
     print(f"simulating {what} under {args.policy} on {topo.root} ({len(topo.cpu_nodes)} nodes, "
-          f"{workers} workers), GIL hand-off {costs.gil_handoff_ns / 1000:g} us, seeds "
+          f"{workers} workers), GIL hand-off {costs.gil_handoff_ns / 1000:g} us, memory bandwidth {bw}, seeds "
           f"{args.seed}..{args.seed + args.seeds - 1}", file=sys.stderr)
     bar = None
     if not args.no_progress and args.seeds > 1:
@@ -129,7 +141,8 @@ def run(args) -> int:
     print(f"{first['workers']} workers on {first['nodes']} nodes{where}: makespan {statistics.median(spans):.2f} ms "
           f"(median of {len(runs)} seeds; {min(spans):.2f}-{max(spans):.2f}), utilisation {first['utilisation']:.3f}, "
           f"tasks {first['tasks']}, steals {first['steals']}, sleeps {first['sleeps']}, migrations "
-          f"{first['migrations']}, shares {first['shares']} (seed {first['seed']}); invariants held in every seed")
+          f"{first['migrations']}, shares {first['shares']}, {first['bytes'] / 1e6:.1f} MB read "
+          f"({first['bandwidth_bound']} tasks waited for memory) (seed {first['seed']}); invariants held in every seed")
     if doc is not None:
         from experiments.cli.run import write_trace_doc
 
