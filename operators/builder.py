@@ -261,11 +261,22 @@ class Stream:
 
     # -- join -------------------------------------------------------------------------------
     def join(self, build: "Stream", on: list[tuple], kind: str = "inner",
-             columns: list | None = None, strategy: str = "broadcast") -> "Stream":
+             columns: list | None = None, strategy: str = "broadcast",
+             residual: Expr | None = None, matched: str | None = None) -> "Stream":
         """Join this stream (probe side) with `build` (hashed side) on
         ``[(probe key, build key), ...]``. `columns`: build-side columns to keep (names or
         (output, build column) pairs; default all). ``strategy``: ``broadcast`` (the whole
-        build side to every probe partition) or ``shuffle`` (both sides hash-partitioned)."""
+        build side to every probe partition) or ``shuffle`` (both sides hash-partitioned).
+
+        ``kind``: ``inner``, ``left`` (left outer: unmatched probe rows once, their build
+        columns 0; string build columns are refused), ``semi`` or ``anti``.
+        ``residual``: a further condition on a pair, over probe and build column names
+        (names it reads must be on one side only), e.g. ``col("l_suppkey") !=
+        col("l2_suppkey")``; for semi / anti, a probe row matches when a build row with
+        equal keys satisfies it. ``matched`` (left joins): name of an extra bool column,
+        True on the rows that found a match."""
+        if not on:
+            raise ValueError("a join needs at least one (probe key, build key) pair; use Stream.cross for a cross join")
         pkeys = [as_expr(p) for p, _ in on]
         bkeys = [as_expr(b) for _, b in on]
         build_out = None
@@ -279,11 +290,25 @@ class Stream:
             feeds = build.broadcast(probe.k)
         else:
             raise ValueError(f"unknown join strategy {strategy!r}")
+        return probe._join_parts(build, feeds, bkeys, pkeys, kind, build_out, residual, matched)
+
+    def cross(self, build: "Stream", columns: list | None = None, residual: Expr | None = None) -> "Stream":
+        """Every row of this stream paired with every row of `build` (broadcast to each
+        partition; meant for a small build side, such as the one row of an uncorrelated
+        scalar subquery). `columns`: build columns to keep, as in :meth:`join`;
+        `residual`: a condition a pair must satisfy (a non-equi join)."""
+        build_out = None
+        if columns is not None:
+            build_out = [(c, c) if isinstance(c, str) else tuple(c) for c in columns]
+        feeds = build.broadcast(self.k)
+        return self._join_parts(build, feeds, [], [], "inner", build_out, residual, None)
+
+    def _join_parts(self, build, feeds, bkeys, pkeys, kind, build_out, residual, matched) -> "Stream":
         parts = []
         schema = None
-        for p, b in zip(probe.parts, feeds):
-            name, proto = self.q._add("join", O.HashJoin, build.schema, probe.schema, bkeys, pkeys, kind,
-                                      build_out, None)
+        for p, b in zip(self.parts, feeds):
+            name, proto = self.q._add("join", O.HashJoin, build.schema, self.schema, bkeys, pkeys, kind,
+                                      build_out, None, residual, matched)
             self._connect(b, name, "build")
             self._connect(p, name, "probe")
             parts.append((name, "out"))

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from operators.expr import Arith, Case, Cmp, Col, Expr, IsIn, Like, Lit, Logic, Not, Schema, Year, _codes_of, compile_expr
+from operators.expr import (Arith, Case, Cmp, Col, Expr, IsIn, Like, Lit, Logic, Not, Schema, Substr, Year, _codes_of,
+                            compile_expr, string_remap, substr_lookup)
 from operators.released import timed
 
 _LOCK = threading.Lock()
@@ -98,6 +99,13 @@ class _Gen:
             return f"{self.param(table)}[{self.emit(e.a)}]"
         if isinstance(e, Year):
             return f"_year({self.emit(e.a)})"
+        if isinstance(e, Substr):
+            _, kind, dic = compile_expr(e.a, self.schema)
+            if kind != "string":
+                raise Unsupported("substr of a non-string")
+            # the substring of every dictionary entry is computed once; rows map their code
+            lookup, _ = substr_lookup(dic, e.start, e.length)
+            return f"{self.param(lookup)}[{self.emit(e.a)}]"
         if isinstance(e, Case):
             out = self.emit(e.otherwise)
             for c, v in reversed(e.whens):
@@ -135,6 +143,11 @@ class _Gen:
             if op == "<=":
                 return f"({x} {'<=' if present else '<'} {self.param(np.int64(ins))})"
             return f"({x} {'>' if present else '>='} {self.param(np.int64(ins))})"
+        _, ka, da = compile_expr(a, self.schema)
+        _, kb, db = compile_expr(b, self.schema)
+        remap = string_remap(e, ka, da, kb, db)
+        if remap is not None:  # strings of two dictionaries: compare in their union's codes
+            return f"({self.param(remap[0])}[{self.emit(a)}] {op} {self.param(remap[1])}[{self.emit(b)}])"
         return f"({self.emit(a)} {op} {self.emit(b)})"
 
 
@@ -269,6 +282,58 @@ def filter_gather(predicate: Expr, schema: Schema, out_cols: list[str]) -> Filte
 def evaluate(exprs: list[Expr], schema: Schema) -> Evaluate | None:
     try:
         return Evaluate(exprs, schema)
+    except Unsupported:
+        return None
+
+
+class _PairGen(_Gen):
+    """Columns of a join's two sides, read through the pair index arrays: a probe column
+    at ``px[t]``, a build column at ``bx[t]``."""
+
+    def __init__(self, schema: Schema, probe_names):
+        super().__init__(schema)
+        self.probe_names = set(probe_names)
+
+    def col(self, name: str) -> str:
+        if name not in self.cols:
+            self.cols.append(name)
+        side = "px" if name in self.probe_names else "bx"
+        return f"c{self.cols.index(name)}[{side}[t]]"
+
+
+class PairFilter:
+    """``keep = kernel(px, bx, cols..., params...)``: a join's residual condition over the
+    candidate pairs (probe row ``px[t]``, build row ``bx[t]``) in one pass, without
+    gathering the columns. `schema`: the fields of both sides the condition may read;
+    ``cols`` lists the ones it does (probe columns read by ``px``, build columns by
+    ``bx``)."""
+
+    def __init__(self, condition: Expr, schema: Schema, probe_names):
+        g = _PairGen(schema, probe_names)
+        cond = g.emit(condition)
+        self.cols = g.cols
+        self.params = g.params
+        self.probe_side = [c in g.probe_names for c in g.cols]
+        sig = ", ".join(["px", "bx"] + [f"c{k}" for k in range(len(g.cols))] + [f"p{k}" for k in range(len(g.params))])
+        src = _PRELUDE + f'''
+@njit(nogil=True, cache=True)
+def kernel({sig}):
+    n = px.shape[0]
+    out = np.empty(n, np.bool_)
+    for t in range(n):
+        out[t] = {cond}
+    return out
+'''
+        self.fn = _load(src).timed
+
+    def __call__(self, px, bx, probe_cols: dict, build_cols: dict) -> np.ndarray:
+        cols = [probe_cols[c] if p else build_cols[c] for c, p in zip(self.cols, self.probe_side)]
+        return self.fn(px, bx, *cols, *self.params)
+
+
+def pair_filter(condition: Expr, schema: Schema, probe_names) -> PairFilter | None:
+    try:
+        return PairFilter(condition, schema, probe_names)
     except Unsupported:
         return None
 

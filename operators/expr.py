@@ -162,6 +162,10 @@ class Expr:
     def year(self):
         return Year(self)
 
+    def substr(self, start: int, length: int):
+        """SQL ``substring(self from start for length)`` of a string expression."""
+        return Substr(self, start, length)
+
     def columns(self) -> set[str]:
         out: set[str] = set()
         self._cols(out)
@@ -275,6 +279,27 @@ class Year(Expr):
         return f"year({self.a})"
 
 
+class Substr(Expr):
+    """SQL ``substring(a from start for length)``: 1-based `start` (>= 1), `length` in
+    characters (>= 0), of a string expression. The result is a string expression with a
+    dictionary of its own (the sorted distinct substrings of `a`'s dictionary): each
+    dictionary entry is cut once, rows map their code through a lookup array."""
+
+    def __init__(self, a, start, length):
+        for what, v, least in (("start", start, 1), ("length", length, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"substr {what} must be an integer constant, got {v!r}")
+            if v < least:
+                raise ValueError(f"substr {what} must be >= {least}, got {v}")
+        self.a, self.start, self.length = a, int(start), int(length)
+
+    def children(self):
+        return (self.a,)
+
+    def __repr__(self):
+        return f"substr({self.a}, {self.start}, {self.length})"
+
+
 class Case(Expr):
     """CASE WHEN c1 THEN v1 [WHEN ...] ELSE e END (numeric results)."""
 
@@ -384,6 +409,12 @@ def compile_expr(e: Expr, schema: Schema):
             return d.astype("datetime64[Y]").astype(np.int64) + 1970
 
         return year, "int", None
+    if isinstance(e, Substr):
+        fa, ka, dic = compile_expr(e.a, schema)
+        if ka != "string":
+            raise ValueError(f"substr of a non-string expression: {e}")
+        lookup, new = substr_lookup(dic, e.start, e.length)
+        return (lambda cols: lookup[fa(cols)]), "string", new
     if isinstance(e, Case):
         parts = [(compile_expr(c, schema)[0], compile_expr(v, schema)) for c, v in e.whens]
         fo, ko, _ = compile_expr(e.otherwise, schema)
@@ -400,6 +431,27 @@ def compile_expr(e: Expr, schema: Schema):
 
         return fcase, kind, None
     raise TypeError(f"not an expression: {e!r}")
+
+
+_SUBSTR_CACHE: dict = {}
+
+
+def substr_lookup(dictionary, start: int, length: int):
+    """(lookup, new dictionary) of ``substr(x, start, length)`` over a sorted string
+    `dictionary`: ``new_dictionary[lookup[code]] == substr(dictionary[code])``, the new
+    dictionary sorted and distinct. Computed once per (dictionary, start, length)."""
+    key = (id(dictionary), start, length)
+    hit = _SUBSTR_CACHE.get(key)
+    if hit is not None and hit[0] is dictionary:
+        return hit[1], hit[2]
+    cut = pc.utf8_slice_codeunits(dictionary, start - 1, start - 1 + length)
+    uniq = pc.unique(cut)
+    new = uniq.take(pc.array_sort_indices(uniq))
+    lookup = np.asarray(pc.index_in(cut, value_set=new).to_numpy(zero_copy_only=False), np.int32)
+    if len(_SUBSTR_CACHE) > 256:
+        _SUBSTR_CACHE.clear()
+    _SUBSTR_CACHE[key] = (dictionary, lookup, new)  # (keeps the dictionary alive: its id stays valid)
+    return lookup, new
 
 
 def _codes_of(dictionary, values):
@@ -447,10 +499,42 @@ def _compile_cmp(e: Cmp, schema: Schema):
         return (lambda cols: uf(fa(cols), c)), "bool", None
     fa, ka, da = compile_expr(a, schema)
     fb, kb, db = compile_expr(b, schema)
-    if ka == "string" and kb == "string" and da is not db and not (da is not None and db is not None and da.equals(db)):
-        raise ValueError(f"comparing string columns with different dictionaries: {e}")
     uf = ops[op]
+    remap = string_remap(e, ka, da, kb, db)
+    if remap is not None:
+        la, lb = remap
+        return (lambda cols: uf(la[fa(cols)], lb[fb(cols)])), "bool", None
     return (lambda cols: uf(fa(cols), fb(cols))), "bool", None
+
+
+_MERGE_CACHE: dict = {}
+
+
+def string_remap(e, ka, da, kb, db):
+    """For a comparison `e` of two expressions of kinds `ka`, `kb` (dictionaries `da`,
+    `db`): None when their codes compare directly (not strings, or the same
+    dictionary), else lookups ``(la, lb)`` of both sides' codes into the sorted union of
+    the two dictionaries (so code order is string order on both sides). Raises
+    ValueError when only one side is a string."""
+    if ka != "string" and kb != "string":
+        return None
+    if ka != kb:
+        raise ValueError(f"comparing a {ka} expression with a {kb} expression: {e}")
+    if da is db or da.equals(db):
+        return None
+    key = (id(da), id(db))
+    hit = _MERGE_CACHE.get(key)
+    if hit is not None and hit[0] is da and hit[1] is db:
+        return hit[2]
+    both = pa.concat_arrays([da.cast(pa.string()), db.cast(pa.string())])
+    uniq = pc.unique(both)
+    merged = uniq.take(pc.array_sort_indices(uniq))
+    out = tuple(np.asarray(pc.index_in(d.cast(pa.string()), value_set=merged).to_numpy(zero_copy_only=False), np.int32)
+                for d in (da, db))
+    if len(_MERGE_CACHE) > 256:
+        _MERGE_CACHE.clear()
+    _MERGE_CACHE[key] = (da, db, out)
+    return out
 
 
 class Compiled:

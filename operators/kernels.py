@@ -330,3 +330,43 @@ def join_pairs(pkeys, bkeys, heads, nxt):
     """``join_count`` + ``join_probe`` in one call: inner-join index pairs."""
     counts = join_count(pkeys, bkeys, heads, nxt)
     return join_probe(pkeys, bkeys, heads, nxt, counts)
+
+
+@njit(nogil=True, cache=True)
+def left_pairs(pidx, bidx, n, pad):
+    """Left-outer-join pairs from inner-join pairs (`pidx` ascending) over `n` probe rows:
+    the same pairs, plus ``(i, pad)`` for every probe row i without one, in probe row
+    order (``pad``: the index of the build side's all-zero row)."""
+    has = np.zeros(n, np.bool_)
+    for t in range(pidx.shape[0]):
+        has[pidx[t]] = True
+    miss = 0
+    for i in range(n):
+        if not has[i]:
+            miss += 1
+    total = pidx.shape[0] + miss
+    op = np.empty(total, np.int64)
+    ob = np.empty(total, np.int64)
+    t = 0
+    o = 0
+    for i in range(n):
+        if has[i]:
+            while t < pidx.shape[0] and pidx[t] == i:
+                op[o] = i
+                ob[o] = bidx[t]
+                t += 1
+                o += 1
+        else:
+            op[o] = i
+            ob[o] = pad
+            o += 1
+    return op, ob
+
+
+@njit(nogil=True, cache=True)
+def mark_rows(idx, n):
+    """A bool array of `n` rows, True at every row listed in `idx`."""
+    out = np.zeros(n, np.bool_)
+    for t in range(idx.shape[0]):
+        out[idx[t]] = True
+    return out

@@ -390,8 +390,21 @@ class HashJoin(Operator):
     build keys, then probes it with each ``probe`` packet. Probe packets arriving before
     the build side ended are stashed (consumed, so upstream never blocks on us).
 
-    ``kind``: ``inner`` (probe columns then build columns), ``semi`` / ``anti`` (probe
-    rows with / without a match; probe columns only)."""
+    ``kind``: ``inner`` (probe columns then build columns), ``left`` (left outer: the
+    inner join's rows, plus every probe row without a match once, its build columns
+    zero -- numbers and dates; string build columns are refused, having no zero),
+    ``semi`` / ``anti`` (probe rows with / without a match; probe columns only).
+
+    No keys (empty key lists): every probe row pairs with every build row (a cross
+    join; meant for a small build side, e.g. one row of an uncorrelated subquery).
+
+    ``residual``: a condition over probe and build column names (each name on one side
+    only) that a pair of rows with equal keys must also satisfy: it filters an inner or
+    left join's pairs (a left join's probe row without a satisfying pair gets the zero
+    row) and decides which build rows count as matches of a semi / anti join.
+
+    ``matched`` (left joins): the name of an extra bool output column, True on rows that
+    found a match (False on the zero-filled ones)."""
 
     kind = "stateful"
     inputs = ("build", "probe")
@@ -400,14 +413,20 @@ class HashJoin(Operator):
     # would hold probe packets that the join promises to take at once.
     punct_out = M.REMOVES
 
+    KINDS = ("inner", "left", "semi", "anti")
+    MATCHED = "$matched"  # the build-value array behind a left join's `matched` column
+
     def __init__(self, build_schema: Schema, probe_schema: Schema, build_keys: list[Expr],
                  probe_keys: list[Expr], join_kind: str = "inner",
                  build_out: list[tuple[str, str]] | None = None,
-                 probe_out: list[tuple[str, str]] | None = None):
-        if join_kind not in ("inner", "semi", "anti"):
-            raise ValueError(f"unknown join kind {join_kind!r}")
-        if len(build_keys) != len(probe_keys) or not build_keys:
-            raise ValueError("join needs the same number (>= 1) of build and probe keys")
+                 probe_out: list[tuple[str, str]] | None = None,
+                 residual: Expr | None = None, matched: str | None = None):
+        if join_kind not in self.KINDS:
+            raise ValueError(f"unknown join kind {join_kind!r} (known: {', '.join(self.KINDS)})")
+        if len(build_keys) != len(probe_keys):
+            raise ValueError("join needs the same number of build and probe keys")
+        if matched is not None and join_kind != "left":
+            raise ValueError(f"matched={matched!r} is for left joins, not {join_kind} joins")
         self.join_kind = join_kind
         self.bkeys = [Compiled(k, build_schema) for k in build_keys]
         self.pkeys = [Compiled(k, probe_schema) for k in probe_keys]
@@ -420,15 +439,50 @@ class HashJoin(Operator):
                 raise ValueError(f"join keys {b.expr} / {p.expr}: string keys need the same dictionary")
         probe_out = probe_out if probe_out is not None else [(n, n) for n in probe_schema.names]
         build_out = build_out if build_out is not None else [(n, n) for n in build_schema.names]
-        if join_kind != "inner":
+        if join_kind in ("semi", "anti"):
             build_out = []
+        if join_kind == "left":
+            for o, s_ in build_out:
+                if build_schema[s_].kind == "string":
+                    raise ValueError(f"left join: build column {s_!r} is a string, which has no zero to fill "
+                                     f"unmatched rows with; leave it out of the join's columns")
         self.probe_out = probe_out
         self.build_out = build_out
+        self.matched = matched
         self.build_schema = build_schema
         self.probe_schema = probe_schema
-        self.schema = Schema([probe_schema[s].renamed(o) for o, s in probe_out]
-                             + [build_schema[s].renamed(o) for o, s in build_out])
-        self._bcols = _Columns(build_schema.select(sorted({s for _, s in build_out})))
+        out_fields = ([probe_schema[s_].renamed(o) for o, s_ in probe_out]
+                      + [build_schema[s_].renamed(o) for o, s_ in build_out])
+        if matched is not None:
+            out_fields.append(Field(matched, "bool", np.dtype(np.bool_)))
+        self.schema = Schema(out_fields)
+        # the residual: compiled over the fields of both sides it reads
+        self.residual = residual
+        self._res_probe: list[str] = []
+        self._res_build: list[str] = []
+        if residual is not None:
+            for c in sorted(residual.columns()):
+                if c in probe_schema and c in build_schema:
+                    raise ValueError(f"join residual {residual}: column {c!r} is on both sides (probe and build); "
+                                     f"rename one side's column (project) before the join")
+                if c in probe_schema:
+                    self._res_probe.append(c)
+                elif c in build_schema:
+                    self._res_build.append(c)
+                else:
+                    raise KeyError(f"join residual {residual}: no column {c!r} on either side "
+                                   f"(probe: {', '.join(probe_schema.names)}; build: {', '.join(build_schema.names)})")
+            self.residual_schema = Schema([probe_schema[c] for c in self._res_probe]
+                                          + [build_schema[c] for c in self._res_build])
+            self._res = Compiled(residual, self.residual_schema, "residual")
+            if self._res.kind != "bool":
+                raise ValueError(f"join residual {residual} is not a condition (it is {self._res.kind})")
+            self._res_fused = codegen.pair_filter(residual, self.residual_schema, self._res_probe)
+        # build-side values kept: the output's build columns and the residual's
+        self.build_value_names = sorted({s_ for _, s_ in build_out} | set(self._res_build))
+        self._bcols = _Columns(build_schema.select(self.build_value_names))
+        # output column <- build value array (a left join's `matched` among them)
+        self.build_gather = list(build_out) + ([(matched, self.MATCHED)] if matched is not None else [])
         self._bkeyparts: list[np.ndarray] = []
         self._stash: list = []
         self._built = False
@@ -450,38 +504,70 @@ class HashJoin(Operator):
             self._bk = np.empty((len(self.bkeys), 0), np.int64)
         self._bkeyparts = []
         self._bvals = self._bcols.take()
-        cap = K.table_capacity(self._bk.shape[1])
+        n = self._bk.shape[1]
+        if self.join_kind == "left":
+            # one more build row, all zeros, at index n: what unmatched probe rows gather
+            # (kernels.left_pairs, and the fused probe of pipeline.py)
+            for name, v in list(self._bvals.items()):
+                padded = np.zeros(n + 1, v.dtype)
+                padded[:n] = v
+                self._bvals[name] = padded
+            m = np.ones(n + 1, np.bool_)
+            m[n] = False
+            self._bvals[self.MATCHED] = m
+        cap = K.table_capacity(n)
         self._heads, self._nxt = K.join_build(self._bk, cap)
         # A key bitmap for fused probes (pipeline.py) when it is no larger than the bucket
         # array (one bit per key value vs 8 bytes per bucket: in cache when the buckets
         # are not) and keys are sparse in their range (under half of it present, else
         # few probes can miss). On TPC-H SF 1, one CPU: Q3 124 -> 49 ms, Q5 63 -> 38 ms.
-        n = self._bk.shape[1]
         self._bits = K.key_bitmap(self._bk, 64 * cap)
         if self._bits[1] >= 0 and n * 2 > self._bits[1]:
             self._bits = (np.int64(0), np.int64(-1), self._bits[2][:0])
         self._built = True
 
+    def _pairs(self, pk, cols):
+        """The (probe row, build row) pairs with equal keys that satisfy the residual."""
+        pidx, bidx = K.join_pairs(pk, self._bk, self._heads, self._nxt)
+        if self.residual is None or len(pidx) == 0:
+            return pidx, bidx
+        if self._res_fused is not None:
+            keep = self._res_fused(pidx, bidx, cols, self._bvals)
+        else:  # the columns it reads, gathered by the pair indices, through numpy
+            m = len(pidx)
+            got = {c: cols[c].take(pidx) for c in self._res_probe}
+            got.update({c: self._bvals[c].take(bidx) for c in self._res_build})
+            keep = np.asarray(self._res(got, m), np.bool_)
+        idx = keep.nonzero()[0]
+        if len(idx) == len(pidx):
+            return pidx, bidx
+        return pidx[idx], bidx[idx]
+
     def _probe(self, ctx, pkt) -> None:
         n = pkt.nrows
         pk = self._pkm(pkt.columns, n)
         cols = pkt.columns
-        if self.join_kind == "inner":
-            pidx, bidx = K.join_pairs(pk, self._bk, self._heads, self._nxt)
+        if self.join_kind in ("inner", "left"):
+            pidx, bidx = self._pairs(pk, cols)
+            if self.join_kind == "left":
+                pidx, bidx = K.left_pairs(pidx, bidx, n, self._bk.shape[1])
             if len(pidx) == 0:
                 return
-            sources = {o: (cols[s], pidx) for o, s in self.probe_out}
-            sources.update({o: (self._bvals[s], bidx) for o, s in self.build_out})
+            sources = {o: (cols[s_], pidx) for o, s_ in self.probe_out}
+            sources.update({o: (self._bvals[s_], bidx) for o, s_ in self.build_gather})
             send_gather(ctx, "out", self.schema, cols, pidx, sources)
         else:
-            exists = K.join_exists(pk, self._bk, self._heads, self._nxt)
+            if self.residual is None:
+                exists = K.join_exists(pk, self._bk, self._heads, self._nxt)
+            else:
+                exists = K.mark_rows(self._pairs(pk, cols)[0], n)
             if self.join_kind == "anti":
                 exists = ~exists
             idx = exists.nonzero()[0]
-            if len(idx) == n and all(o == s for o, s in self.probe_out) and len(self.probe_out) == len(cols):
+            if len(idx) == n and all(o == s_ for o, s_ in self.probe_out) and len(self.probe_out) == len(cols):
                 ctx.send("out", pkt)
             elif len(idx):
-                sources = {o: (cols[s], idx) for o, s in self.probe_out}
+                sources = {o: (cols[s_], idx) for o, s_ in self.probe_out}
                 send_gather(ctx, "out", self.schema, cols, idx, sources)
 
     def process(self, ctx):

@@ -5,8 +5,10 @@ A *pipeline* is a source, row-wise stages and a sink:
 
 * source: a table scan (``Scan`` or ``Values``, with its pushed-down predicate) or an
   input port (packets of an upstream operator);
-* stages: filters, projections, and hash-join probes (inner, semi, anti) whose hash
-  tables are built from other inputs of the pipeline operator (ports ``build0``, ...);
+* stages: filters, projections, and hash-join probes (inner, left outer, semi, anti;
+  with or without a residual condition, which joins the key test; with no keys: a
+  cross join, every build row in one chain) whose hash tables are built from other
+  inputs of the pipeline operator (ports ``build0``, ...);
 * sink: packets of the target size on ``out``, or a hash aggregation (complete or
   partial) that sends its groups at the end.
 
@@ -25,8 +27,10 @@ operator-by-operator plan, which gives the same rows in the same order (tested).
 Resumable kernels: a kernel stops *before* writing an output row that does not fit in
 the output packet, or before adding a group to a full aggregation table, and saves
 where it was in ``st``: ``st[0]`` the input row, ``st[1]`` a resume flag, ``st[2 + l]``
-the build row of the l-th inner join's chain. Python sends the full packet (or grows
-the table) and calls again; the kernel re-enters the row at the saved chain positions.
+the build row of the l-th inner or left join's chain (for a left join, the number of
+build rows when the row goes on with the zero-filled build row, having no match).
+Python sends the full packet (or grows the table) and calls again; the kernel
+re-enters the row at the saved chain positions.
 Filters are re-evaluated on the way back in, which is harmless (they are pure).
 
 Protocol: a :class:`Program` (the generated kernel and how to call it) is made once per
@@ -62,6 +66,12 @@ from operators.ops import Filter as FilterOp
 MORSEL_PACKETS = 4
 
 _SEED = "np.uint64(0x243F6A8885A308D3)"  # kernels._hash_row's starting value
+_PAIR_KINDS = ("inner", "left")  # join levels that walk their matches (a resume slot each)
+
+
+def _value_names(join) -> list[str]:
+    """The build-side value arrays of a join level, in argument order (``b{lvl}_{k}``)."""
+    return join.build_value_names + ([HashJoin.MATCHED] if join.join_kind == "left" else [])
 
 
 def _hash_prelude() -> str:
@@ -108,7 +118,7 @@ class Program:
         g = _PipeGen()
         lines: list[str] = []
         self._inner = 0  # inner-join levels so far (resume slots)
-        self._nlevels = sum(1 for s in stages if s[0] == "probe" and s[1].join_kind == "inner")
+        self._nlevels = sum(1 for s in stages if s[0] == "probe" and s[1].join_kind in _PAIR_KINDS)
         self._vars = 0
         env = {name: f"s{k}[i]" for k, name in enumerate(self.src_schema.names)}
         schema = self.src_schema
@@ -128,7 +138,7 @@ class Program:
         self.src_cols = [k for k in range(len(self.src_schema.names)) if f"s{k}" in used]
         self.build_cols = []  # per probe level: [(k, build column name)]
         for lvl, (_, join, _) in enumerate(self._probes):
-            names = sorted({s for _, s in join.build_out})
+            names = _value_names(join)
             self.build_cols.append([(k, nm) for k, nm in enumerate(names) if f"b{lvl}_{k}" in used])
         sig = [f"s{k}" for k in self.src_cols] + ["n", "st"]
         for lvl in range(len(self._probes)):
@@ -207,21 +217,67 @@ def kernel({", ".join(sig)}):
             keys.append(k)
         j = f"j{lvl}"
         f = f"f{lvl}"
-        eq = " and ".join(f"bk{lvl}[{c}, {j}] == {k}" for c, k in enumerate(keys))
+        names = _value_names(join)
+        bval = {nm: f"b{lvl}_{names.index(nm)}[{j}]" for nm in names}
+        conds = [f"bk{lvl}[{c}, {j}] == {k}" for c, k in enumerate(keys)]
+        if join.residual is not None:
+            # the residual over the current probe row and build row j
+            renv = {c: env[c] for c in join._res_probe}
+            renv.update({c: bval[c] for c in join._res_build})
+            conds.append(g.expr(join.residual, join.residual_schema, renv))
+        eq = " and ".join(conds) or "True"  # (no keys, no residual: a cross join)
         new = {o: env[s] for o, s in join.probe_out}
+        for o, s in join.build_gather:
+            new[o] = bval[s]
+        bitmap = len(keys) == 1
+        self._bitmaps.append(bitmap)
+        hashing = [f"h = {_SEED}"] + [f"h = _mix(h, np.uint64({k}))" for k in keys]
+        bit_test = (f"nb{lvl} < 0 or (kd{lvl} >= 0 and kd{lvl} < nb{lvl} and "
+                    f"(bm{lvl}[kd{lvl} >> 6] >> np.uint64(kd{lvl} & 63)) & np.uint64(1) != 0)")
+        if join.join_kind == "left":
+            # Build row NB (= the number of build rows) is the all-zero row the build
+            # side appends: a probe row whose chain held no match goes through the rest
+            # of the pipeline once with j = NB. Resuming at a saved j means the row had a
+            # match (j < NB) or is being emitted with the zero row (j == NB).
+            slot = self._inner
+            self._inner += 1
+            lines.append(f"{pad}if res:")
+            lines.append(f"{pad}    {j} = st[{2 + slot}]")
+            lines.append(f"{pad}    {f} = True")
+            lines.append(f"{pad}else:")
+            lines.append(f"{pad}    {f} = False")
+            lines.append(f"{pad}    {j} = -1")
+            hp = pad + "    "
+            if bitmap:
+                lines.append(f"{hp}kd{lvl} = {keys[0]} - lo{lvl}")
+                lines.append(f"{hp}if {bit_test}:")
+                hp += "    "
+            lines += [f"{hp}{x}" for x in hashing]
+            lines.append(f"{hp}{j} = hd{lvl}[np.int64(h & msk{lvl})]")
+            if slot == self._nlevels - 1:
+                lines.append(f"{pad}res = False")
+            nbr = f"bk{lvl}.shape[1]"
+            lines.append(f"{pad}while True:")
+            lines.append(f"{pad}    if {j} == -1:")
+            lines.append(f"{pad}        if {f}:")
+            lines.append(f"{pad}            break")
+            lines.append(f"{pad}        {j} = {nbr}")
+            lines.append(f"{pad}    if {j} == {nbr} or ({eq}):")
+            lines.append(f"{pad}        {f} = True")
+            self._body(g, lines, idx + 1, depth + 2, new, join.schema)
+            lines.append(f"{pad}    if {j} == {nbr}:")
+            lines.append(f"{pad}        break")
+            lines.append(f"{pad}    {j} = nx{lvl}[{j}]")
+            return
         if join.join_kind != "inner":
             lines.append(f"{pad}{f} = False")
         ip = pad  # the probe itself, under the bitmap test if there is one
-        self._bitmaps.append(len(keys) == 1)
-        if len(keys) == 1:
+        if bitmap:
             # the build side's key bitmap first, when it has one (nb < 0: none)
             lines.append(f"{pad}kd{lvl} = {keys[0]} - lo{lvl}")
-            lines.append(f"{pad}if nb{lvl} < 0 or (kd{lvl} >= 0 and kd{lvl} < nb{lvl} and "
-                         f"(bm{lvl}[kd{lvl} >> 6] >> np.uint64(kd{lvl} & 63)) & np.uint64(1) != 0):")
+            lines.append(f"{pad}if {bit_test}:")
             ip = pad + "    "
-        lines.append(f"{ip}h = {_SEED}")
-        for k in keys:
-            lines.append(f"{ip}h = _mix(h, np.uint64({k}))")
+        lines += [f"{ip}{x}" for x in hashing]
         if join.join_kind == "inner":
             slot = self._inner
             self._inner += 1
@@ -233,9 +289,6 @@ def kernel({", ".join(sig)}):
                 lines.append(f"{ip}res = False")
             lines.append(f"{ip}while {j} != -1:")
             lines.append(f"{ip}    if {eq}:")
-            names = sorted({s for _, s in join.build_out})
-            for o, s in join.build_out:
-                new[o] = f"b{lvl}_{names.index(s)}[{j}]"
             self._body(g, lines, idx + 1, len(ip) // 4 + 2, new, join.schema)
             lines.append(f"{ip}    {j} = nx{lvl}[{j}]")
             return
@@ -250,7 +303,7 @@ def kernel({", ".join(sig)}):
 
     def _save(self, pad: str) -> list[str]:
         out = [f"{pad}st[0] = i", f"{pad}st[1] = 1"]
-        levels = [s[1] for s in self._probes if s[1].join_kind == "inner"]
+        levels = [s[1] for s in self._probes if s[1].join_kind in _PAIR_KINDS]
         for slot, join in enumerate(levels):
             out.append(f"{pad}st[{2 + slot}] = j{[s[1] for s in self._probes].index(join)}")
         return out
