@@ -72,7 +72,7 @@ each gets it (each module's doc gives its protocol):
   runs under the record's condition lock;
 * ``trace/recorder.py``: a worker's trace buffer has one writer (its thread) and is
   read only after that thread was joined (a join orders all of it); the events of other
-  threads go through the tracer's lock; ``core/port.py``'s ``CountingPort.rows`` has one
+  threads go through the tracer's lock; ``core/port.py``'s ``CountingPort.rows`` and ``.bytes`` have one
   writer, the consumer, which is also its one reader;
 * ``core/precompile.py``: no worker may call a numba dispatcher while it compiles (numba
   does not order the two without the GIL): every cached signature is loaded before the

@@ -46,6 +46,14 @@ def add_arguments(p) -> None:
     qs.add_argument("--cpu-time", action="store_true",
                     help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
                     "kernel call: a few microseconds each)")
+    sq = sub.add_parser("sql", help="the SQL front end: all 22 TPC-H queries as SQL vs DuckDB (1 thread, in memory) "
+                        "and vs the hand-built plans (1 worker), answers checked; the concurrent mix vs DuckDB")
+    sq.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: q1 ... q22)")
+    sq.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
+    sq.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
+    sq.add_argument("--repeat", type=repeat, default=5)
+    sq.add_argument("--copies", type=requests, default=2,
+                    help="copies of each query in the concurrent mix (default 2)")
     pk = sub.add_parser("packets", help="packet allocate + free, microseconds (1 and 3 columns, with and without the request's byte account)")
     pk.add_argument("--count", type=count(10_000_000), default=200_000, help="packets per run (default 200000)")
     pk.add_argument("--repeat", type=repeat, default=7)
@@ -83,7 +91,7 @@ def add_arguments(p) -> None:
     dom.add_argument("--bulk-packets", type=count(100_000), default=200,
                      help="512 KiB packets through a cross-domain edge (default 200)")
     dom.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    for q in (o, s, loc, qs, gil, idle):
+    for q in (o, s, loc, qs, sq, gil, idle):
         q.add_argument("--policy", choices=["bobox", "simple"], default="bobox")
         q.add_argument("--json", action="store_true", help="print a JSON object as the last line")
 
@@ -139,6 +147,19 @@ def run(args) -> int:
         print(f"the same mix on DuckDB ({r['workers']} threads, one connection per request): {r['duckdb_mix_s']} s; "
               f"duckdb_mix_s / mix_tall_s = {r['duckdb_mix_ratio']:.2f}; CPU time: DuckDB {r['duckdb_mix_cpu_s']} s, "
               f"bobox workers {r['mix_tall_cpu_s']} s")
+    elif args.bench == "sql":
+        from operators.tpch_sql import QUERIES
+
+        from experiments.bench_sql import bench_sql, format_report
+        from experiments.cli.run import check_queries, check_requests
+        from experiments.workload import check_data, ensure_data
+
+        queries = check_queries(args.queries, QUERIES, list(QUERIES), "--copies")
+        check_requests(len(queries), args.copies, "--copies")
+        data = ensure_data(args.data, args.sf)
+        check_data(data)
+        r = bench_sql(data, queries, args.repeat, args.copies, args.policy)
+        print(format_report(r))
     elif args.bench == "gil":
         from operators import tpch
 

@@ -268,10 +268,45 @@ class Planner:
                 continue
             trees.append(self.source(sel, env, alias, inst, node, per_inst.pop(inst, [])))
         trees += extra_rels
+        multi += self.implied_equalities(multi, env)
         tree = self.join_all(trees, multi, semis, env, sel)
         for alias, inst, node, join in left_joins:
             tree = self.left_join(sel, env, tree, alias, inst, node, join, per_inst.pop(inst, []))
         return tree
+
+    def implied_equalities(self, multi, env) -> list:
+        """Equalities between columns of different instances that follow from the others
+        (a = b and b = c: a = c), so that join order may use them: Q5 joins customer with
+        supplier's nation only through c_nationkey = s_nationkey = n_nationkey. Marked
+        implied: used as join keys, never applied as filters (the others imply them)."""
+        parent: dict = {}
+
+        def find(k):
+            while parent.setdefault(k, k) != k:
+                k = parent[k]
+            return k
+
+        direct = set()
+        for c, insts in multi:
+            if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column) \
+                    and len(insts) == 2:
+                a, b = (c.this.table, c.this.name), (c.expression.table, c.expression.name)
+                parent[find(a)] = find(b)
+                direct.add(frozenset((a, b)))
+        classes: dict = {}
+        for k in list(parent):
+            classes.setdefault(find(k), []).append(k)
+        out = []
+        for members in classes.values():
+            for i, a in enumerate(members):
+                for b in members[i + 1:]:
+                    ia, ib = self.lookup(env, a[0]), self.lookup(env, b[0])
+                    if ia == ib or frozenset((a, b)) in direct:
+                        continue
+                    eq = exp.EQ(this=exp.column(a[1], table=a[0]), expression=exp.column(b[1], table=b[0]))
+                    eq.meta["implied"] = True
+                    out.append((eq, {ia, ib}))
+        return out
 
     # -- OR factoring ------------------------------------------------------------------------
     def factor(self, where, env):
@@ -635,6 +670,10 @@ class Planner:
             nonlocal pending, semis
             keep = []
             for c, insts in pending:
+                if c.meta.get("implied"):
+                    if not (insts <= t.instances):
+                        keep.append((c, insts))
+                    continue
                 if insts <= t.instances and (insts or final or len(trees) == 1):
                     e, k = to_expr(c, t.resolver())
                     if k != "bool":
@@ -647,7 +686,7 @@ class Planner:
             pending = keep
             rest = []
             for s in semis:
-                if s["outer"] <= t.instances and (final or s["rel"].rows <= t.rows or not self.has_edges(t, trees, pending)):
+                if s["outer"] <= t.instances and (final or not self.shrinks(t, trees, pending)):
                     self.semi_join(t, s, env)
                 else:
                     rest.append(s)
@@ -686,8 +725,16 @@ class Planner:
             raise error_at(semis[0]["node"], "internal: a subquery left unapplied")
         return t
 
-    def has_edges(self, t, trees, pending) -> bool:
-        return any(x is not t and self.edges(t, x, pending) for x in trees)
+    def shrinks(self, t, trees, pending) -> bool:
+        """Whether a join still to come is estimated to make `t` smaller: a semi-join
+        waits for it (Q21's exists over all of lineitem waits for the nation, supplier
+        and order filters), else applies now, before joins that grow `t` (Q18's IN)."""
+        for x in trees:
+            if x is not t:
+                edges = self.edges(t, x, pending)
+                if edges and self.join_estimate(t, x, edges) < t.rows:
+                    return True
+        return False
 
     def needs_pair(self, a, b, pending) -> bool:
         both = a.instances | b.instances
@@ -708,7 +755,16 @@ class Planner:
                 out.append((c, (l, r)))
             elif li == "b" and ri == "a":
                 out.append((c, (r, l)))
-        return out
+        # one key per column: an implied equality repeats a direct one's key (the
+        # columns of one side are equal already)
+        out.sort(key=lambda e: bool(e[0].meta.get("implied")))
+        seen, kept = set(), []
+        for c, (ka, kb) in out:
+            if ka.sql() in seen or kb.sql() in seen:
+                continue
+            seen.update((ka.sql(), kb.sql()))
+            kept.append((c, (ka, kb)))
+        return kept
 
     @staticmethod
     def instances_in(node, a, b):
