@@ -148,16 +148,17 @@ class Query:
         return Stream(self, parts, schema)
 
     # -- sink -------------------------------------------------------------------------------
-    def collect(self, stream: "Stream", output: list | None = None) -> Plan:
+    def collect(self, stream: "Stream", output: list | None = None, nan_is_null: bool = False) -> Plan:
         """Finish the plan with a sink publishing a pyarrow Table. `output`: column names,
-        or (output name, column) pairs, in result order (default: the stream's columns)."""
+        or (output name, column) pairs, in result order (default: the stream's columns).
+        `nan_is_null`: float NaNs become nulls (SQL's NULL: ``ops.to_arrow``)."""
         s = stream.union()
         out = []
         for o in output or s.schema.names:
             out.append((o, o) if isinstance(o, str) else tuple(o))
         for _, c in out:
             s.schema[c]  # KeyError naming the column
-        name, _ = self._add("collect", O.Collect, s.schema, out)
+        name, _ = self._add("collect", O.Collect, s.schema, out, nan_is_null)
         s._connect(s.parts[0], name, "in")
         self.output_schema = s.schema
         if self.fuse:

@@ -955,19 +955,23 @@ class Collect(StreamOperator):
 
     outputs = ()
 
-    def __init__(self, schema: Schema, output: list[tuple[str, str]] | None = None):
+    def __init__(self, schema: Schema, output: list[tuple[str, str]] | None = None, nan_is_null: bool = False):
         self.schema = schema
         self.output = output or [(n, n) for n in schema.names]
+        self.nan_is_null = nan_is_null
         self._acc = _Columns(schema)
 
     def on_packet(self, ctx, port, pkt):
         self._acc.add(pkt)
 
     def on_end(self, ctx):
-        ctx.set_result(to_arrow(self.schema, self._acc.take(), self.output))
+        ctx.set_result(to_arrow(self.schema, self._acc.take(), self.output, self.nan_is_null))
 
 
-def to_arrow(schema: Schema, cols: dict, output: list[tuple[str, str]]) -> pa.Table:
+def to_arrow(schema: Schema, cols: dict, output: list[tuple[str, str]], nan_is_null: bool = False) -> pa.Table:
+    """`nan_is_null`: a float NaN becomes a null (SQL plans: the engine's floats stand
+    for SQL's NULL with NaN -- an aggregate over no rows, a division by zero -- where
+    SQL answers NULL)."""
     arrays, names = [], []
     for out_name, name in output:
         f = schema[name]
@@ -979,7 +983,7 @@ def to_arrow(schema: Schema, cols: dict, output: list[tuple[str, str]]) -> pa.Ta
         elif f.kind == "bool":
             arr = pa.array(v.astype(np.bool_))
         else:
-            arr = pa.array(v)
+            arr = pa.array(v, from_pandas=nan_is_null and v.dtype.kind == "f")
         arrays.append(arr)
         names.append(out_name)
     return pa.table(arrays, names=names)

@@ -41,6 +41,7 @@ class TableStats:
     rows: int
     types: dict[str, str]  # column -> SQL type
     _ndv: dict[str, float] = field(default_factory=dict)
+    _minmax: dict = field(default_factory=dict)
     files: list = field(default_factory=list)
 
     def ndv(self, column: str) -> float:
@@ -50,6 +51,40 @@ class TableStats:
             got = self._estimate(column)
             self._ndv[column] = got
         return got
+
+    def minmax(self, column: str) -> tuple[float, float] | None:
+        """(min, max) of a numeric or date column over every row group's statistics
+        (dates as days since 1970-01-01, the engine's date values), or None."""
+        if column in self._minmax:
+            return self._minmax[column]
+        import datetime
+        import decimal
+
+        lo = hi = None
+        for path in self.files:
+            meta = _parquet_file(path).metadata
+            idx = meta.schema.to_arrow_schema().get_field_index(column)
+            for g in range(meta.num_row_groups) if idx >= 0 else ():
+                st = meta.row_group(g).column(idx).statistics
+                if st is None or not st.has_min_max:
+                    lo = hi = None
+                    break
+                a, b = st.min, st.max
+                if isinstance(a, datetime.date):
+                    a, b = (a - datetime.date(1970, 1, 1)).days, (b - datetime.date(1970, 1, 1)).days
+                elif isinstance(a, (int, float, decimal.Decimal)) and not isinstance(a, bool):
+                    a, b = float(a), float(b)
+                else:
+                    lo = hi = None
+                    break
+                lo = a if lo is None else min(lo, a)
+                hi = b if hi is None else max(hi, b)
+            else:
+                continue
+            break
+        out = (float(lo), float(hi)) if lo is not None and idx >= 0 else None
+        self._minmax[column] = out
+        return out
 
     def unique(self, column: str) -> bool:
         return self.rows > 0 and self.ndv(column) >= self.rows

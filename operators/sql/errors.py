@@ -19,20 +19,29 @@ class SqlError(ValueError):
         super().__init__(where + message)
 
 
+def _start(meta: dict) -> tuple[int, int]:
+    """sqlglot's token position is its last character's: the first's is `end - start`
+    columns before (a token does not span lines: identifiers, literals, keywords)."""
+    col = meta.get("col")
+    if col is not None and "start" in meta and "end" in meta:
+        col = max(1, col - (meta["end"] - meta["start"]))
+    return meta["line"], col
+
+
 def position(node) -> tuple[int | None, int | None]:
-    """(line, column) of a sqlglot node: its own token's, else its first descendant's
-    with one (sqlglot keeps positions on identifiers and literals)."""
+    """(line, column) of a sqlglot node's first character: its own token's, else its
+    first descendant's with one (sqlglot keeps positions on identifiers and literals)."""
     if node is None:
         return None, None
     for n in node.walk():
         meta = getattr(n, "meta", None) or {}
         if "line" in meta:
-            return meta["line"], meta.get("col")
+            return _start(meta)
         this = n.args.get("this") if hasattr(n, "args") else None
         meta = getattr(this, "meta", None) or {}
         if "line" in meta:
-            return meta["line"], meta.get("col")
-    return None, None
+            return _start(meta)
+    return position(node.parent) if node.parent is not None else (None, None)  # e.g. NULL: its context
 
 
 def error_at(node, message: str) -> SqlError:

@@ -64,7 +64,10 @@ def statements(text: str) -> list:
     except ParseError as e:
         err = (e.errors or [{}])[0]
         msg = (err.get("description") or str(e).splitlines()[0]).split(". Line")[0]
-        raise SqlError(f"syntax error: {_token_words(msg)}", err.get("line"), err.get("col")) from None
+        col = err.get("col")
+        if col is not None and err.get("highlight"):  # sqlglot gives the token's last column
+            col = max(1, col - len(err["highlight"]) + 1)
+        raise SqlError(f"syntax error: {_token_words(msg)}", err.get("line"), col) from None
     except TokenError as e:
         raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
 
@@ -97,6 +100,9 @@ def parse(text: str, catalog: Catalog) -> tuple[exp.Expression, list[str] | None
                 line, col = (int(x) for x in where.replace("Col: ", "").split(", ")[:2])
             except ValueError:
                 line = col = None
+        name = text1.split("'")[1] if text1.count("'") >= 2 else ""
+        if col is not None and name:  # the column's last character: its first
+            col = max(1, col - len(name) + 1)
         raise SqlError(_reword(text1), line, col) from None
     stmt = simplify(stmt, dialect=DIALECT)
     return stmt, names
