@@ -6,6 +6,10 @@ Distinct counts: Parquet rarely stores them (``distinct_count`` is None in the f
 tpchgen and DuckDB write), so an integer column's estimate is its value range
 (``max - min + 1`` over the row groups' statistics), capped by the row count -- exact for
 the dense keys TPC-H and most generated data use; other columns get a tenth of the rows.
+Conditions on one string column of a table of at most ``EXACT_ROWS`` rows (``=``, ``IN``,
+``LIKE``, negated or not) are counted exactly over its dictionary: Q9's ``p_name like
+'%green%'`` keeps 5.4 % of parts, not the default guess's 25 %.
+
 A column whose estimate equals the table's row count is taken as a key (unique), which
 lets the planner turn a join whose build side contributes no column into a semi-join.
 """
@@ -42,6 +46,8 @@ class TableStats:
     types: dict[str, str]  # column -> SQL type
     _ndv: dict[str, float] = field(default_factory=dict)
     _minmax: dict = field(default_factory=dict)
+    _counts: dict = field(default_factory=dict)
+    store: object = None
     files: list = field(default_factory=list)
 
     def ndv(self, column: str) -> float:
@@ -86,6 +92,18 @@ class TableStats:
         self._minmax[column] = out
         return out
 
+    def code_counts(self, column: str):
+        """(dictionary, rows per code) of a string column of a table of at most
+        EXACT_ROWS rows (loaded: the scan loads it anyway), else None."""
+        if self.rows > EXACT_ROWS or self.types.get(column) != "VARCHAR" or self.store is None:
+            return None
+        if column not in self._counts:
+            import numpy as np
+
+            c = self.store.table(self.name).column(column)
+            self._counts[column] = (c.dictionary, np.bincount(c.values, minlength=len(c.dictionary)))
+        return self._counts[column]
+
     def unique(self, column: str) -> bool:
         return self.rows > 0 and self.ndv(column) >= self.rows
 
@@ -110,6 +128,13 @@ class TableStats:
         return float(min(rows, hi - lo + 1))
 
 
+# Conditions on a string column of a table of at most this many rows are estimated exactly,
+# over the column's dictionary and its codes' counts: dimension tables (part has 200 k rows
+# per SF 1, p_name 200 k distinct strings: LIKE over them takes milliseconds); the fact
+# tables' comment columns (millions of distinct strings) keep the guesses.
+EXACT_ROWS = 1_000_000
+
+
 class Catalog:
     """The tables of one data folder (``TableStore``'s), as the planner sees them."""
 
@@ -120,7 +145,7 @@ class Catalog:
         for name, paths in self.store.files.items():
             t = self.store.table(name)
             types = {f.name: sql_type(f.type) for f in t.schema}
-            self.tables[name] = TableStats(name, t.num_rows, types, files=list(t.files))
+            self.tables[name] = TableStats(name, t.num_rows, types, files=list(t.files), store=self.store)
 
     def schema(self) -> dict:
         """``{table: {column: SQL type}}``, sqlglot's schema mapping."""

@@ -72,6 +72,14 @@ SHUFFLE_ROWS = 100_000
 # unfiltered sides of Q18 and Q22 do not (bobox bench sql, SF 1, 2026-12-02).
 REDUCE_SHARE = 0.5
 REDUCE_RATIO = 4.0
+# ... and sideways (``reduce_by``) only tables of at least this many rows: each reducer is
+# three more operators (a tee, a projection, a join), tens of microseconds of scheduling,
+# which a few thousand rows do not repay (nation, region, supplier at SF 0.1).
+REDUCE_MIN_ROWS = 10_000
+# ... and the largest tree only by at most this many rows: a hash table that stays in the
+# L2 (100 k keys of 8 bytes plus links, about 2 MB) -- Q9's 11 k green parts, not Q5's
+# 228 k orders of the year (bobox bench sql, SF 1, 2026-12-02: see reduce_by).
+REDUCE_LARGEST_ROWS = 100_000
 
 # Selectivity guesses for join ordering where no statistics say better (the classic
 # System R defaults, Selinger et al. 1979: 1/10 an equality, 1/3 a range).
@@ -183,6 +191,7 @@ class Planner:
         self.instance_count: dict = {}  # table name -> times it is read in the statement
         self.explain: list[str] = []
         self.ctes: dict = {}  # id(CTE node) -> [streams teed, Rel proto]
+        self._reduced: set = set()  # (base instance, column) reduced sideways (reduce_by)
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
@@ -516,6 +525,8 @@ class Planner:
         scored = []
         for n, (key, fs) in enumerate(groups.items()):
             sel = self._range_selectivity(key, fs, stats) if isinstance(key, str) else None
+            if sel is None and len(fs) == 1:
+                sel = self._string_selectivity(fs[0], stats)
             if sel is None:
                 sel = math.prod(self.selectivity(f) for f in fs)
             scored.append((sel, n, fs))
@@ -555,6 +566,39 @@ class Planner:
             if isinstance(b, exp.Column) and self._const(a) is not None:
                 return b.name
         return None
+
+    @staticmethod
+    def _string_selectivity(f, stats):
+        """The exact share of rows `f` keeps when it tests one string column of a small
+        table against constants (``catalog.TableStats.code_counts``), else None."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        negate = bool(f.args.get("negate"))
+        node = f
+        if isinstance(node, exp.Not):
+            negate, node = not negate, node.this
+            negate ^= bool(node.args.get("negate"))
+        a = node.this if isinstance(node, (exp.Like, exp.EQ, exp.NEQ, exp.In)) else None
+        if not isinstance(a, exp.Column):
+            return None
+        counts = stats.code_counts(a.name)
+        if counts is None or not stats.rows:
+            return None
+        dic, n = counts
+        if isinstance(node, exp.Like) and isinstance(node.expression, exp.Literal) and node.expression.is_string:
+            mask = pc.match_like(dic, node.expression.this)
+        elif isinstance(node, (exp.EQ, exp.NEQ)) and isinstance(node.expression, exp.Literal) \
+                and node.expression.is_string:
+            mask = pc.equal(dic, pa.scalar(node.expression.this))
+            negate ^= isinstance(node, exp.NEQ)
+        elif isinstance(node, exp.In) and not node.args.get("query") and all(
+                isinstance(v, exp.Literal) and v.is_string for v in node.expressions):
+            mask = pc.is_in(dic, value_set=pa.array([v.this for v in node.expressions], pa.string()))
+        else:
+            return None
+        keep = float(n[mask.to_numpy(zero_copy_only=False)].sum()) / stats.rows
+        return max(0.0, min(1.0, 1.0 - keep if negate else keep))
 
     def _range_selectivity(self, column, fs, stats):
         mm = stats.minmax(column)
@@ -798,6 +842,27 @@ class Planner:
         trees = list(trees)
         pending = list(multi)  # (conjunct, instances)
         semis = list(semis)
+        # columns known equal by the joins' keys and the filters applied so far: an
+        # equality between two of one class is redundant (Q9's ps_partkey = l_partkey once
+        # lineitem joined part on l_partkey and part partsupp on ps_partkey)
+        parent: dict = {}
+
+        def find(k):
+            while parent.setdefault(k, k) != k:
+                k = parent[k]
+            return k
+
+        def col_key(n):
+            return (n.table, n.name) if isinstance(n, exp.Column) else None
+
+        def same(c) -> bool:
+            a, b = col_key(c.this), col_key(c.expression)
+            return isinstance(c, exp.EQ) and a is not None and b is not None and find(a) == find(b)
+
+        def unite(a, b):
+            a, b = col_key(a), col_key(b)
+            if a is not None and b is not None:
+                parent[find(a)] = find(b)
 
         def apply_ready(t: Rel, final=False):
             nonlocal pending, semis
@@ -807,7 +872,11 @@ class Planner:
                     if not (insts <= t.instances):
                         keep.append((c, insts))
                     continue
+                if insts <= t.instances and same(c):
+                    continue  # implied by the keys and filters applied
                 if insts <= t.instances and (insts or final or len(trees) == 1):
+                    if isinstance(c, exp.EQ):
+                        unite(c.this, c.expression)
                     e, k = to_expr(c, t.resolver())
                     if k != "bool":
                         raise error_at(c, f"type error: WHERE of {k}")
@@ -827,6 +896,8 @@ class Planner:
 
         for t in trees:
             apply_ready(t)
+        for t in list(trees):
+            self.reduce_by(t, trees, pending)
         while len(trees) > 1:
             best = None
             for i, a in enumerate(trees):
@@ -846,9 +917,12 @@ class Planner:
             est, i, j, edges = best
             a, b = trees[i], trees[j]
             t = self.join(a, b, edges, est, pending, semis, env, sel, trees)
+            for _, (ka, kb) in edges:
+                unite(ka, kb)
             pending = [(c, insts) for c, insts in pending if not any(c is e for e, _ in edges)]
             trees = [x for k, x in enumerate(trees) if k not in (i, j)] + [t]
             apply_ready(t)
+            self.reduce_by(t, trees, pending)
         t = trees[0]
         apply_ready(t, final=True)
         if pending:
@@ -857,6 +931,53 @@ class Planner:
         if semis:
             raise error_at(semis[0]["node"], "internal: a subquery left unapplied")
         return t
+
+    def reduce_by(self, t: Rel, trees, pending) -> None:
+        """Sideways information passing: a tree that kept few values of a join key (Q5's
+        nations of ASIA) reduces the large base tables not joined yet that share the key
+        through an equality -- implied ones included (customer's c_nationkey) -- with a
+        semi-join on a copy of its keys, before they meet other tables (customer 150 k ->
+        30 k rows before its join with orders). Only tables of at least REDUCE_MIN_ROWS
+        rows, not joining `t` next anyway (the greedy's next pair), once per table and key;
+        the largest tree, which probes every join, only by a small key set
+        (REDUCE_LARGEST_ROWS) that keeps a smaller share of it than any join it has to
+        make: a first filter in its scan, on a small hash table (Q9's 5 % green parts before partsupp's 43 k rows: 249 -> 152 ms at SF
+        1), not a second one after a more selective join (Q5's ASIA suppliers, 20 %, after
+        the year's orders of ASIA customers, 1 %: 59 -> 47 ms without; nor by those 228 k
+        orders themselves, which the join with them repeats: 79 -> 47 ms)."""
+        largest = max(trees, key=lambda x: x.rows)
+        best, next_pair = None, set()
+        for i, x in enumerate(trees):
+            for y in trees[i + 1:]:
+                e = self.edges(x, y, pending)
+                if e and (best is None or self.join_estimate(x, y, e) < best):
+                    best, next_pair = self.join_estimate(x, y, e), {id(x), id(y)}
+        for b in trees:
+            if b is t or b.base is None or b.rows < REDUCE_MIN_ROWS or b.rows <= t.rows:
+                continue
+            edges = self.edges(t, b, pending)
+            if not edges:
+                continue
+            if next_pair == {id(t), id(b)}:
+                continue
+            _, (kt, kb) = edges[0]
+            if not (isinstance(kt, exp.Column) and isinstance(kb, exp.Column)):
+                continue
+            nt, nb = self.key_ndv(t, kt), self.key_ndv(b, kb)
+            key = (b.base, kb.name)
+            if nt > REDUCE_SHARE * nb or key in self._reduced:
+                continue
+            if b is largest:  # it probes every join: worth it only as its most selective filter
+                others = [self.join_estimate(b, x, e) / b.rows for x in trees if x is not b and x is not t
+                          for e in [self.edges(b, x, pending)] if e]
+                if t.rows > REDUCE_LARGEST_ROWS or (others and nt / nb > min(others)):
+                    continue
+            self._reduced.add(key)
+            name_t = t.cols[(kt.table, kt.name)]
+            copy = self.key_copy(t, [name_t])
+            t.steps.append(f"teed to reduce {b.base} on {kb.name}")
+            self.reduce(b, ([kb.name], copy, [name_t], t.rows), kb.table)
+            b.ndv[b.cols[(kb.table, kb.name)]] = nt
 
     def shrinks(self, t, trees, pending) -> bool:
         """Whether a join still to come is estimated to make `t` smaller: a semi-join
@@ -927,8 +1048,11 @@ class Planner:
     def join_estimate(self, a: Rel, b: Rel, edges) -> float:
         if not edges:
             return a.rows * b.rows
-        d = max(max(self.key_ndv(a, ka), self.key_ndv(b, kb)) for _, (ka, kb) in edges)
-        return max(1.0, a.rows * b.rows / d)
+        # distinct values of the key (several columns: the product of theirs, at most the
+        # rows), the larger side's: |a join b| = |a| |b| / max(ndv_a(K), ndv_b(K))
+        da = min(a.rows, math.prod(self.key_ndv(a, ka) for _, (ka, _) in edges))
+        db = min(b.rows, math.prod(self.key_ndv(b, kb) for _, (_, kb) in edges))
+        return max(1.0, a.rows * b.rows / max(1.0, da, db))
 
     def join(self, a: Rel, b: Rel, edges, est, pending, semis, env, sel, trees) -> Rel:
         # the smaller side builds the hash table
