@@ -101,6 +101,7 @@ class Rel:
     unique: set = field(default_factory=set)  # stream columns known unique
     nulled: dict = field(default_factory=dict)  # instance -> its "matched" flag column (left join)
     counted: dict = field(default_factory=dict)  # instance -> its rows counted per key ahead (count_ahead)
+    links: list = field(default_factory=list)  # join keys used: ((alias, column), (alias, column))
     base: str | None = None  # the one base instance it is, unjoined
     table: str | None = None  # and that instance's table
     steps: list = field(default_factory=list)  # explain lines
@@ -193,6 +194,7 @@ class Planner:
         self.explain: list[str] = []
         self.ctes: dict = {}  # id(CTE node) -> [streams teed, Rel proto]
         self._reduced: set = set()  # (base instance, column) reduced sideways (reduce_by)
+        self.table_of: dict = {}  # base instance -> its table
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
@@ -382,8 +384,39 @@ class Planner:
                 continue  # the OR is on one instance: it is pushed down as it is
             shared = set.intersection(*[{next(iter(s)) for s in ss if len(s) == 1} for ss in insts])
             for inst in sorted(shared):
-                out.append(or_all(and_all(p for p, s in zip(ps, ss) if s == {inst}) for ps, ss in zip(parts, insts)))
+                branches = [[p for p, s in zip(ps, ss) if s == {inst}] for ps, ss in zip(parts, insts)]
+                hull = self.hull(branches)
+                out.extend(hull if hull else [or_all(and_all(b) for b in branches)])
         return out
+
+    def hull(self, branches):
+        """An implied filter's OR of ranges on one column (Q19's l_quantity in [1, 11] or
+        [10, 20] or [20, 30]) as the one range covering them (1 <= l_quantity <= 30): it
+        only needs to keep a superset (the OR itself stays), for two tests a row, not six.
+        Its two bounds, or None when the branches are anything else."""
+        lows, highs, column = [], [], None
+        for b in branches:
+            lo = hi = None
+            for p in b:
+                c = self._range_column(p, None)
+                if c is None or (column is not None and c != column) or isinstance(p, (exp.EQ, exp.Between)):
+                    return None
+                column = c
+                t, a, v = type(p), p.this, p.expression
+                if isinstance(v, exp.Column):
+                    t, a, v = self._FLIP.get(t, t), v, a
+                val = self._const(v)
+                if t in (exp.LT, exp.LTE):
+                    hi = (val, p, t is exp.LT) if hi is None or val < hi[0] else hi
+                else:
+                    lo = (val, p, t is exp.GT) if lo is None or val > lo[0] else lo
+            if lo is None or hi is None:
+                return None
+            lows.append(lo)
+            highs.append(hi)
+        low = min(lows, key=lambda x: (x[0], not x[2]))
+        high = max(highs, key=lambda x: (x[0], not x[2]))
+        return [low[1].copy(), high[1].copy()]  # two conjuncts: one range group for order_filters
 
     # -- which instances a conjunct uses -----------------------------------------------------
     def instances_of(self, node, env) -> set:
@@ -437,6 +470,7 @@ class Planner:
                 raise error_at(node, f"table {node.name!r} has no column {c!r}")
         rename = self.instance_count.get(node.name, 0) > 1
         names = {c: (f"{c}@{inst}" if rename else c) for c in cols}
+        self.table_of[inst] = node.name
         probe = Rel(None, {(alias, c): names[c] for c in cols}, {}, {inst}, stats.rows, base=inst, table=node.name)
         kinds = {}
         for c in cols:
@@ -971,8 +1005,8 @@ class Planner:
             if b is largest:  # it probes every join: worth it only as its most selective filter
                 others = [self.join_estimate(b, x, e) / b.rows for x in trees if x is not b and x is not t
                           for e in [self.edges(b, x, pending)] if e]
-                if t.rows > REDUCE_LARGEST_ROWS or (others and nt / nb > min(others)):
-                    continue
+                if t.rows > REDUCE_LARGEST_ROWS or not others or nt / nb > min(others):
+                    continue  # (no other join: its next one is with t, or a tree holding t)
             self._reduced.add(key)
             name_t = t.cols[(kt.table, kt.name)]
             copy = self.key_copy(t, [name_t])
@@ -1086,6 +1120,8 @@ class Planner:
                   min(probe.rows, est), {**build.ndv, **probe.ndv}, set(probe.unique) if kind in ("semi", "cross")
                   else set(), steps=probe.steps + build.steps)
         out.nulled = {**probe.nulled, **build.nulled}
+        out.links = probe.links + build.links + [((ka.table, ka.name), (kb.table, kb.name)) for _, (ka, kb) in edges
+                                                 if isinstance(ka, exp.Column) and isinstance(kb, exp.Column)]
         out.steps.append(f"{kind} join {'+'.join(sorted(probe.instances))} (probe) with "
                          f"{'+'.join(sorted(build.instances))} (build{', ' + strategy if kind != 'cross' else ''})"
                          + (f" on {', '.join(f'{p}={b}' for p, b in pairs)}" if edges else "")
@@ -1328,6 +1364,7 @@ class Planner:
                 name = e.name if isinstance(e, Col) else self.fresh("_g")
                 keys.append((name, e, k, g))
                 names_of[g.sql()] = (name, k)
+            dependent = self.dependent_keys(keys, rel, env)
             aggs = []
             distinct_of = None
             for a in aggs_nodes:
@@ -1364,7 +1401,9 @@ class Planner:
                     kind = "float" if func == "avg" else k
                     aggs.append((name, func, e, kind, a))
                 names_of[a.sql()] = (name, aggs[-1][3])
-            key_spec = [(n, e) for n, e, _, _ in keys]
+            key_spec = [(n, e) for n, e, _, _ in keys if n not in dependent]
+            if distinct_of is None:
+                aggs += [(n, "min", e, k, None) for n, e, k, _ in keys if n in dependent]
             if distinct_of is not None:
                 if any(f != "count_distinct" for _, f, _, _, _ in aggs):
                     raise error_at(distinct_of, "unsupported: COUNT(DISTINCT) beside other aggregates")
@@ -1383,7 +1422,7 @@ class Planner:
             for n, e, _, _ in keys:
                 rows *= rel.ndv.get(n, max(1.0, rel.rows / 10))
             rows = max(1.0, min(rel.rows, rows)) if keys else 1.0
-            rel.steps.append(f"aggregate by [{', '.join(n for n, *_ in keys)}]: "
+            rel.steps.append(f"aggregate by [{', '.join(n for n, _ in key_spec)}]: "
                              f"{', '.join(f'{n}={f}' for n, f, *_ in aggs)}  ~{rows:,.0f} rows")
             post_cols = {}
             ndv = {n: rel.ndv[n] for n, *_ in keys if n in rel.ndv}
@@ -1488,6 +1527,43 @@ class Planner:
                   {s: rel.ndv[e.name] for s, e in exprs.items() if isinstance(e, Col) and e.name in rel.ndv},
                   {s for s, e in exprs.items() if isinstance(e, Col) and e.name in rel.unique}, steps=rel.steps)
         return out, outs
+
+    def dependent_keys(self, keys, rel: Rel, env) -> set:
+        """Grouping columns another grouping column determines (a functional dependency):
+        the other columns of a table whose unique key is grouped, and of tables joined to
+        it on their own unique key (Q10 groups by c_custkey and six columns of customer and
+        nation: it hashes one key, the six are carried as MIN). Their stream names."""
+        by_name = {c: key for key, c in rel.cols.items()}
+        grouped = {n for n, *_ in keys}
+        det: set = set()  # aliases whose rows the grouping determines
+        for n in grouped:
+            key = by_name.get(n)
+            if key is None:
+                continue
+            inst = self.lookup(env, key[0])
+            stats = self.catalog.tables.get(self.table_of.get(inst, ""))
+            if stats is not None and key[1] in stats.types and stats.unique(key[1]):
+                det.add(key[0])
+        grew = True
+        while grew and det:
+            grew = False
+            for a, b in rel.links:
+                for x, y in ((a, b), (b, a)):
+                    stats = self.catalog.tables.get(self.table_of.get(self.lookup(env, y[0]), ""))
+                    if x[0] in det and y[0] not in det and stats is not None and y[1] in stats.types \
+                            and stats.unique(y[1]):
+                        det.add(y[0])
+                        grew = True
+        out = set()
+        for n in grouped:
+            key = by_name.get(n)
+            if key is not None and key[0] in det and not (self.catalog.tables.get(
+                    self.table_of.get(self.lookup(env, key[0]), "")) and
+                    self.catalog.tables[self.table_of[self.lookup(env, key[0])]].unique(key[1])):
+                out.add(n)
+        if len(out) == len(grouped):
+            return set()
+        return out
 
     @staticmethod
     def nulled_flag(arg, rel: Rel):
