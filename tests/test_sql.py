@@ -235,3 +235,12 @@ def test_random_filters_and_groupings_equal_duckdb(tpch, sched, preds, keys, i, 
         assert got.column("n").to_pylist() == [0] and got.column("rev").to_pylist() == [None]
         return
     compare_tables(got, want, ordered=False)
+
+
+def test_run_all_runs_the_22_queries(tpch, tmp_path):
+    r = clirun.bobox("run", "--all", "--data", str(tpch), "--concurrency", "1", "--repeat", "1", "--no-progress",
+                     cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ran = re.findall(r"^(q\d+)\s+1\s", r.stdout, re.M)
+    assert ran == list(QUERIES), r.stdout
+    assert "gave different answers" not in r.stdout
