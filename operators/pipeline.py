@@ -52,7 +52,7 @@ from bobox_sched import Operator, Plan
 
 from operators import codegen, kernels
 from operators.codegen import Unsupported
-from operators.expr import Schema, compile_expr
+from operators.expr import Schema
 from operators.ops import HashAggregate, HashJoin, Project, Scan, Values
 from operators.ops import Filter as FilterOp
 

@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from operators.builder import Query, Stream
-from operators.expr import Col, Expr, case, col
+from operators.expr import Col, case, col
 from operators.sql.catalog import Catalog
-from operators.sql.errors import SqlError, error_at
+from operators.sql.errors import error_at
 from operators.sql.exprs import to_expr
 
 # A build side above this many estimated rows is hash-partitioned with its probe side
@@ -1576,10 +1576,6 @@ class Planner:
             if arg.table == inst.split("#")[0]:
                 return flag
         return None
-
-
-def estimate_digits(x: float) -> str:
-    return f"{x:,.0f}" if math.isfinite(x) else "?"
 
 
 __all__ = ["Planner", "Rel", "SHUFFLE_ROWS"]
