@@ -458,3 +458,30 @@ def test_bobox_simulate_bandwidth(capsys):
     err, given = sim("--machine", "1x2, bandwidth 0.1G", "--bandwidth-gbs", "1000")  # the option wins
     assert "memory bandwidth 1000 GB/s per node" in err and given["bandwidth_bound"] == 0
     assert clirun.in_process("simulate", "--machine", "1x2, bandwidth slow").returncode == 2
+
+
+def test_bobox_simulate_out_writes_the_experiments_files(tmp_path):
+    """--out: the long-format CSV, the JSON and a report.md section, as bobox experiment
+    writes them, with the values of the runs (and the simulated machine in the report)."""
+    import csv
+
+    import clirun
+
+    out = tmp_path / "sim"
+    r = clirun.in_process("simulate", "--machine", "2x2", "--requests", "4", "--packets", "4", "--seeds", "2",
+                          "--json", "--no-progress", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert json.loads((out / "simulate.json").read_text()) == summary
+    rows = list(csv.DictReader(open(out / "simulate.csv")))
+    assert {row["experiment"] for row in rows} == {"simulate"}
+    for run in summary["runs"]:
+        got = {row["metric"]: float(row["value"]) for row in rows if row["x"] == str(run["seed"])}
+        assert got["makespan_ms"] == run["makespan_ms"] and got["tasks"] == run["tasks"]
+        assert got["bytes"] == run["bytes"]
+    report = (out / "report.md").read_text()
+    assert "<!-- bobox:simulate -->" in report and "CPU: simulated; 4 CPUs in 2 NUMA node(s)" in report
+    median = sorted(run["makespan_ms"] for run in summary["runs"])
+    assert f"| median | {round((median[0] + median[1]) / 2, 4)} |" in report
+    bad = clirun.in_process("simulate", "--machine", "2x2", "--out", str(out / "simulate.csv" / "x"))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --out")

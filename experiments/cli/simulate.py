@@ -52,6 +52,9 @@ def add_arguments(p) -> None:
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
     p.add_argument("--trace", type=path, metavar="FILE",
                    help="write the first seed's trace (Chrome trace JSON, virtual time) and its picture FILE.png")
+    p.add_argument("--out", type=path, metavar="DIR",
+                   help="also write the experiments' files to DIR: simulate.csv (one row per seed and metric, the "
+                   "long format of bobox experiment), simulate.json and the 'simulate' section of report.md")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -76,6 +79,10 @@ def run(args) -> int:
             raise BoboxError("--trace: not with --domains (each domain keeps its own trace: "
                              "DomainsSimulation.sims[i].document() in Python)")
         check_trace_arg(args.trace)
+    if args.out is not None:
+        from experiments.cli.outputs import check_output_dir
+
+        check_output_dir(args.out, "--out")  # before any work
     replayed = None
     if args.replay is not None:
         from bobox_sched.sim import ReplayError, replay_plans
@@ -147,6 +154,52 @@ def run(args) -> int:
         from experiments.cli.run import write_trace_doc
 
         write_trace_doc(doc, args.trace)
+    summary = {"runs": runs, "makespan_ms_median": statistics.median(spans), "violations": 0}
+    if args.out is not None:
+        write_outputs(args, topo, costs, what, summary)
     if args.json:
-        print(json.dumps({"runs": runs, "makespan_ms_median": statistics.median(spans), "violations": 0}))
+        print(json.dumps(summary))
     return 0
+
+
+# what each run's summary says, in the CSV and the report's table (name, unit)
+METRICS = [("makespan_ms", "ms"), ("utilisation", ""), ("tasks", ""), ("steals", ""), ("sleeps", ""),
+           ("migrations", ""), ("shares", ""), ("events", ""), ("busy_ms", "ms"), ("local_fraction", ""),
+           ("bytes", "B"), ("bandwidth_bound", "")]
+
+
+def write_outputs(args, topo, costs, what: str, summary: dict) -> None:
+    """``--out DIR``: the experiments' files (``experiments/framework.py``): the long-format
+    CSV, the JSON summary and a report.md section whose machine summary is the simulated
+    machine's; each written atomically."""
+    import shlex
+    import statistics
+
+    from experiments.cli.outputs import write_atomic
+    from experiments.framework import Ctx, Recorder, md_table, output_folder, write_section
+
+    argv = getattr(args, "argv", None) or ["simulate"]
+    ctx = Ctx(out=output_folder(args.out), repeat=1, quick=False, data_arg=None, sf=None,
+              threads_per_node=args.threads_per_node, virtual_nodes=None, progress=False,
+              command="bobox " + " ".join(shlex.quote(a) for a in argv), topo=topo)
+    rec = Recorder(ctx, "simulate")
+    runs = summary["runs"]
+    for r in runs:
+        for m, unit in METRICS:
+            if r.get(m) is not None:
+                rec.add(r["policy"], r["seed"], m, r[m], unit=unit)
+    rec.write()
+    write_atomic(ctx.out / "simulate.json", lambda tmp: open(tmp, "w").write(json.dumps(summary, indent=1) + "\n"))
+    shown = [m for m, _ in METRICS if all(r.get(m) is not None for r in runs)]
+    rows = [[r["seed"]] + [r[m] for m in shown] for r in runs[:20]]
+    if len(runs) > 1:
+        rows.append(["median"] + [round(statistics.median(r[m] for r in runs), 4) for m in shown])
+    first = runs[0]
+    bw = f"{costs.node_bandwidth_gbs:g} GB/s per node" if costs.node_bandwidth_gbs else "unlimited"
+    body = (f"{what} under **{first['policy']}** on `{topo.root}`: {first['workers']} workers on {first['nodes']} "
+            f"node(s); GIL hand-off {costs.gil_handoff_ns / 1000:g} us, memory bandwidth {bw}. "
+            f"{len(runs)} seed(s), the runtime's invariants held in every one.\n\n"
+            + md_table(["seed"] + shown, rows)
+            + ("\n\n(first 20 seeds shown; all of them in simulate.csv)" if len(runs) > 20 else ""))
+    write_section(ctx, "simulate", f"Simulation: {first['policy']} on {topo.root}", body)
+    print(f"wrote {ctx.out}/simulate.csv, simulate.json and report.md", file=sys.stderr)
