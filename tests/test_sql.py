@@ -244,3 +244,13 @@ def test_run_all_runs_the_22_queries(tpch, tmp_path):
     ran = re.findall(r"^(q\d+)\s+1\s", r.stdout, re.M)
     assert ran == list(QUERIES), r.stdout
     assert "gave different answers" not in r.stdout
+
+
+@pytest.mark.parametrize("policy", ["bobox", "simple", "streams"])
+def test_sql_plans_run_under_every_policy_that_runs_joins(tpch, policy):
+    """SQL plans are plans: every policy that runs graphs with joins runs them (the ordered
+    policy runs linear chains only, and refuses the hand-built TPC-H plans alike)."""
+    with Scheduler(policy=policy) as s:
+        for q in ("q2", "q13", "q21", "q22"):
+            got = s.submit(sql_plan(QUERIES[q], tpch, parallel=2, name=q)).result(300)
+            compare_tables(got, duckdb_answer(q, tpch), ordered=ordered(q))
