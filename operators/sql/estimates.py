@@ -176,7 +176,11 @@ class Estimates:
         # rows), the larger side's: |a join b| = |a| |b| / max(ndv_a(K), ndv_b(K))
         da = min(a.rows, math.prod(self.key_ndv(a, ka) for _, (ka, _) in edges))
         db = min(b.rows, math.prod(self.key_ndv(b, kb) for _, (_, kb) in edges))
-        return max(1.0, a.rows * b.rows / max(1.0, da, db))
+        est = max(1.0, a.rows * b.rows / max(1.0, da, db))
+        for x, y in ((a, b), (b, a)):
+            if x.filters_others and not y.filters_others:  # as the semi-join it replaces estimates
+                est = min(est, y.rows * 0.5)
+        return est
 
 
 __all__ = ["Estimates"]

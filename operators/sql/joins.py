@@ -188,6 +188,8 @@ class JoinOrder:
     def join(self, a: Rel, b: Rel, edges, est, pending, semis, env, sel, trees) -> Rel:
         # the smaller side builds the hash table
         probe, build = (a, b) if a.rows >= b.rows else (b, a)
+        if a.filters_others != b.filters_others:  # it stands for a semi-join's build side
+            probe, build = (b, a) if a.filters_others else (a, b)
         if edges:
             pairs = []
             for _, (ka, kb) in edges:

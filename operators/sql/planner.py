@@ -61,6 +61,8 @@ class Planner(Estimates, Rewrites, Unnesting, JoinOrder, Reducers, SelectTail):
     def plan(self, stmt: exp.Expression):
         if not isinstance(stmt, exp.Select):
             raise error_at(stmt, f"unsupported: {stmt.key.upper()} statements (SELECT is)")
+        for sel in list(stmt.find_all(exp.Select)):
+            self.reuse_in_aggregate(sel)
         for t in stmt.find_all(exp.Table):
             self.instance_count[t.name] = self.instance_count.get(t.name, 0) + 1
         rel, outs = self.select(stmt, env=[], top=True)
@@ -211,6 +213,7 @@ class Planner(Estimates, Rewrites, Unnesting, JoinOrder, Reducers, SelectTail):
                 raise error_at(node, f"unsupported: {inner.key.upper()} in FROM")
             rel, outs = self.select(inner, env[:-1], prefix=inst + ".")
             rel = self.rename_outputs(rel, inst, outs)
+            rel.filters_others = bool(node.meta.get("filters_others"))
             return self.apply_filters(rel, filters, env)
         if not isinstance(node, exp.Table):
             raise error_at(node, f"unsupported: {node.key.upper()} in FROM")

@@ -29,6 +29,9 @@ class Rel:
     base: str | None = None  # the one base instance it is, unjoined
     table: str | None = None  # and that instance's table
     steps: list = field(default_factory=list)  # explain lines
+    # a filter of the query's other tables (an IN subquery rewritten to a join,
+    # rewrite.reuse_in_aggregate): it builds, and it is joined as early as a semi-join
+    filters_others: bool = False
 
     def resolver(self, extra=None):
         def resolve(node):
