@@ -278,3 +278,32 @@ def test_in_subquery_aggregate_is_computed_once(tpch, sched):
     finally:
         con.close()
     compare_tables(got, want.rename_columns(got.column_names))
+
+
+def test_eager_group_by_through_a_key_join(tpch, sched):
+    """Q10 groups by c_custkey and columns of customer and nation and sums line items only:
+    the line items are summed per o_custkey before customer and nation join the groups
+    (rewrite.eager_group_by); grouping by an orders column too (not determined by
+    c_custkey) keeps the plain plan. Both answers equal DuckDB's."""
+    steps = logical(QUERIES["q10"], tpch)
+    first_agg = next(i for i, s in enumerate(steps) if s.startswith("aggregate by"))
+    first_cust = next(i for i, s in enumerate(steps) if "join" in s and "customer" in s)
+    assert steps[first_agg].startswith("aggregate by [o_custkey]") and first_agg < first_cust, steps
+    text = QUERIES["q10"].replace("    c_comment\norder by", "    c_comment,\n    o_orderdate\norder by")
+    assert text != QUERIES["q10"]
+    assert not any(s.startswith("aggregate by [o_custkey]") for s in logical(text, tpch))
+    import duckdb
+
+    from operators.data import find_tables
+
+    for t_ in (QUERIES["q10"], text):
+        got = sched.submit(sql_plan(t_, tpch, parallel=2)).result(300)
+        con = duckdb.connect()
+        try:
+            for t, fs in find_tables(tpch).items():
+                con.execute(f"create view {t} as select * from read_parquet('{fs[0]}')")
+            rel = con.sql(t_)
+            want = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+        finally:
+            con.close()
+        compare_tables(got, want.rename_columns(got.column_names))

@@ -7,8 +7,10 @@ builder's operators (``operators/builder.py``). One SELECT (``Planner.select``):
    use only it pushed into the scan, most selective first (``estimates.py``); a derived
    table or a CTE is planned recursively (a CTE read twice is planned once and teed, so
    both readers see the same values: Q15 compares a sum with the max of the same sums).
-2. **Rewrites** of the WHERE (``rewrite.py``): common conjuncts out of ORs, per-table
-   filters an OR implies, equalities implied by others.
+2. **Rewrites** (``rewrite.py``): of the WHERE -- common conjuncts out of ORs, per-table
+   filters an OR implies, equalities implied by others -- and, before anything is
+   planned, of whole SELECTs: an IN subquery's aggregate reused (Q18), eager aggregation
+   through a key join (Q10).
 3. **Subqueries unnested** into semi-/anti-joins and joined relations (``unnest.py``).
 4. **Joins** in a greedy order from statistics (``joins.py``), with semi-join reducers
    (``reducers.py``); LEFT JOINs after the inner ones.
@@ -63,6 +65,7 @@ class Planner(Estimates, Rewrites, Unnesting, JoinOrder, Reducers, SelectTail):
             raise error_at(stmt, f"unsupported: {stmt.key.upper()} statements (SELECT is)")
         for sel in list(stmt.find_all(exp.Select)):
             self.reuse_in_aggregate(sel)
+            self.eager_group_by(sel)
         for t in stmt.find_all(exp.Table):
             self.instance_count[t.name] = self.instance_count.get(t.name, 0) + 1
         rel, outs = self.select(stmt, env=[], top=True)

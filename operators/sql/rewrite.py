@@ -1,7 +1,9 @@
 """Rewrites before planning (``Planner`` mixin): conjuncts common to every branch of an OR
 pulled out of it, per-table filters implied by an OR (an OR of ranges on one column as its
-hull), equalities implied by others (a = b = c), and one aggregate computed once where the
-text asks for it twice (``reuse_in_aggregate``, Q18).
+hull), equalities implied by others (a = b = c); and two rewrites of a whole SELECT,
+each for a shape it checks before it acts: one aggregate computed once where the text asks
+for it twice (``reuse_in_aggregate``, Q18), aggregation before a join with the tables a
+grouped key determines (``eager_group_by``, Q10).
 """
 
 from __future__ import annotations
@@ -185,6 +187,109 @@ class Rewrites:
                 sel.set("where", exp.Where(this=and_all(rest)))
                 return True
         return False
+
+    def eager_group_by(self, sel: exp.Select) -> bool:
+        """Eager aggregation through a key join (Yan and Larson, "Eager Aggregation and
+        Lazy Aggregation", VLDB 1995) for the shape of Q10: the query groups by a unique
+        key P.k of one table and by columns of P and of the tables joined to P on their
+        own unique keys (the dimension side D, functionally dependent on P.k); its
+        aggregates read only the other tables (the fact side F), which meet D in one
+        equality F.fk = P.k. F is aggregated per fk first, in a derived table, and D joins
+        its groups (Q10: 38 k customers' revenues, not the 115 k line items carrying six
+        customer columns and a nation probe each); each group of the query holds one
+        derived row, re-aggregated (a count summed). True when rewritten."""
+        group = sel.args.get("group")
+        where = sel.args.get("where")
+        if group is None or where is None or sel.args.get("having") or has_subquery(where.this) \
+                or sel.args.get("with_") or sel.args.get("with") or sel.args.get("distinct"):
+            return False
+        if sel.args.get("joins") and any(j.args.get("on") is not None or j.args.get("side") or j.args.get("kind")
+                                         for j in sel.args["joins"]):
+            return False
+        srcs = {alias: node for alias, node, _ in sources_of(sel)}
+        if not all(isinstance(n, exp.Table) for n in srcs.values()) or len(srcs) < 2:
+            return False
+        conds = conjuncts(where.this)
+
+        def tables(node):
+            return {n.table for n in own_nodes(node) if isinstance(n, exp.Column)}
+
+        def unique(alias, column):
+            stats = self.catalog.tables.get(srcs[alias].name)
+            return stats is not None and column in stats.types and stats.unique(column)
+
+        aggs = []
+        for part in list(sel.expressions) + (list(sel.args["order"].expressions) if sel.args.get("order") else []):
+            for n in own_nodes(part):
+                if isinstance(n, exp.AggFunc):
+                    if type(n) not in _REAGG or isinstance(n.this, exp.Distinct):
+                        return False
+                    aggs.append(n)
+        if not aggs:
+            return False
+        for g in group.expressions:
+            if not isinstance(g, exp.Column):
+                return False
+            pivot, pk = g.table, g.name
+            if not unique(pivot, pk):
+                continue
+            # D: the pivot and the tables joined to D on their own unique keys
+            dim = {pivot}
+            grew = True
+            while grew:
+                grew = False
+                for c in conds:
+                    if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
+                        for a, b in ((c.this, c.expression), (c.expression, c.this)):
+                            if a.table in dim and b.table not in dim and unique(b.table, b.name):
+                                dim.add(b.table)
+                                grew = True
+            fact = set(srcs) - dim
+            links = [c for c in conds if tables(c) & dim and tables(c) & fact]
+            if not fact or len(links) != 1 or not isinstance(links[0], exp.EQ):
+                continue
+            link = links[0]
+            fk = link.this if link.this.table in fact else link.expression
+            dk = link.expression if fk is link.this else link.this
+            if not (isinstance(fk, exp.Column) and isinstance(dk, exp.Column) and dk.table == pivot and dk.name == pk):
+                continue
+            if any(not (tables(a.this) <= fact) for a in aggs) or any(
+                    tables(g2) - dim for g2 in group.expressions):
+                continue
+            outside = [n for part in sel.expressions for n in own_nodes(part)
+                       if isinstance(n, exp.Column) and n.table in fact
+                       and not any(isinstance(p, exp.AggFunc) for p in _ancestors(n, part))]
+            if outside:
+                continue
+            name = self.fresh("_eager")
+            inner = exp.Select(expressions=[exp.alias_(fk.copy(), "k")] + [
+                exp.alias_(type(a)(this=a.this.copy()), f"a{i}") for i, a in enumerate(aggs)])
+            fact_nodes = [srcs[a].copy() for a in srcs if a in fact]
+            inner.set("from_", exp.From(this=fact_nodes[0]))
+            if len(fact_nodes) > 1:
+                inner.set("joins", [exp.Join(this=n) for n in fact_nodes[1:]])
+            fact_conds = [c for c in conds if tables(c) and tables(c) <= fact]
+            if fact_conds:
+                inner.set("where", exp.Where(this=and_all(fact_conds)))
+            inner.set("group", exp.Group(expressions=[fk.copy()]))
+            for i, a in enumerate(aggs):
+                a.replace(_REAGG[type(a)](this=exp.column(f"a{i}", table=name)))
+            derived = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(name)))
+            dim_nodes = [srcs[a].copy() for a in srcs if a in dim]
+            sel.set("from_", exp.From(this=derived))
+            sel.set("joins", [exp.Join(this=n) for n in dim_nodes])
+            rest = [c for c in conds if c is not link and not (tables(c) and tables(c) <= fact)]
+            rest.append(exp.EQ(this=exp.column("k", table=name), expression=dk.copy()))
+            sel.set("where", exp.Where(this=and_all(rest)))
+            return True
+        return False
+
+
+def _ancestors(node, top):
+    a = node.parent
+    while a is not None and a is not top.parent:
+        yield a
+        a = a.parent
 
 
 __all__ = ["Rewrites"]
