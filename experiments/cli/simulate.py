@@ -47,6 +47,9 @@ def add_arguments(p) -> None:
                    help="memory bandwidth per NUMA node in GB/s, above 0, shared by the tasks reading from the node at "
                    "once (default: the --machine description's 'bandwidth', else unlimited; Costs.node_bandwidth_gbs "
                    "of bobox_sched/sim/engine.py says what this VM measures)")
+    p.add_argument("--gil-barging", action="store_true",
+                   help="a thread that asks for the GIL during an idle hand-off takes it if done before the woken "
+                   "waiter runs (bobox_sched/sim/engine.py; default: the FIFO queue, the calibrated model)")
     p.add_argument("--seed", type=count(2**62), default=1, metavar="S", help="first seed (default 1)")
     p.add_argument("--seeds", type=count(MAX_SEEDS), default=1, metavar="K",
                    help="run K seeds (S .. S+K-1), each checked for the runtime's invariants (default 1)")
@@ -95,9 +98,9 @@ def run(args) -> int:
             raise BoboxError(f"--replay: cannot read {args.replay}: {e.strerror or e}") from None
         except (ValueError, ReplayError) as e:
             raise BoboxError(f"--replay: {args.replay}: {e}") from None
-    costs = Costs(node_bandwidth_gbs=bandwidth)
+    costs = Costs(node_bandwidth_gbs=bandwidth, gil_barging=args.gil_barging)
     if args.gil_handoff_us is not None:
-        costs = Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0, node_bandwidth_gbs=bandwidth)
+        costs = Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0, node_bandwidth_gbs=bandwidth, gil_barging=args.gil_barging)
     bw = "unlimited" if bandwidth is None else f"{bandwidth:g} GB/s per node"
     workers = sum(min(args.threads_per_node or len(n.cpus), 4096) for n in topo.cpu_nodes)
     what = (f"{len(replayed)} requests replayed from {args.replay}" if replayed is not None else
