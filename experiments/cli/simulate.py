@@ -98,9 +98,8 @@ def run(args) -> int:
             raise BoboxError(f"--replay: cannot read {args.replay}: {e.strerror or e}") from None
         except (ValueError, ReplayError) as e:
             raise BoboxError(f"--replay: {args.replay}: {e}") from None
-    costs = Costs(node_bandwidth_gbs=bandwidth, gil_barging=args.gil_barging)
-    if args.gil_handoff_us is not None:
-        costs = Costs(gil_handoff_ns=args.gil_handoff_us * 1000.0, node_bandwidth_gbs=bandwidth, gil_barging=args.gil_barging)
+    handoff = {} if args.gil_handoff_us is None else {"gil_handoff_ns": args.gil_handoff_us * 1000.0}
+    costs = Costs(node_bandwidth_gbs=bandwidth, gil_barging=args.gil_barging, **handoff)
     bw = "unlimited" if bandwidth is None else f"{bandwidth:g} GB/s per node"
     workers = sum(min(args.threads_per_node or len(n.cpus), 4096) for n in topo.cpu_nodes)
     what = (f"{len(replayed)} requests replayed from {args.replay}" if replayed is not None else
