@@ -34,6 +34,22 @@ def sched():
         yield s
 
 
+def duckdb_on(text: str, data):
+    """DuckDB's answer to any SQL text over the data folder's Parquet files."""
+    import duckdb
+
+    from operators.data import find_tables
+
+    con = duckdb.connect()
+    try:
+        for t, fs in find_tables(data).items():
+            con.execute(f"create view {t} as select * from read_parquet('{fs[0]}')")
+        rel = con.sql(text)
+        return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+    finally:
+        con.close()
+
+
 def ordered(q: str) -> bool:
     return "order by" in QUERIES[q].lower()
 
@@ -213,24 +229,13 @@ _KEYS = st.sampled_from(["l_returnflag", "l_linestatus", "l_shipmode", "extract(
 @given(preds=st.lists(_PRED, min_size=1, max_size=3), keys=st.lists(_KEYS, min_size=0, max_size=2, unique=True),
        i=st.integers(1, 50), d=st.integers(1, 9), m=st.integers(1, 9), y=st.integers(2, 8), orr=st.booleans())
 def test_random_filters_and_groupings_equal_duckdb(tpch, sched, preds, keys, i, d, m, y, orr):
-    import duckdb
-
-    from operators.data import find_tables
-
     conds = [p.format(i=i, d=d, e=min(9, d + 2), m=m, y=y) for p in preds]
     where = (" or " if orr else " and ").join(f"({c})" for c in conds)
     sel = [f"{k} as k{n}" for n, k in enumerate(keys)]
     text = (f"select {', '.join(sel + ['count(*) as n', 'sum(l_extendedprice * (1 - l_discount)) as rev'])} "
             f"from lineitem where {where}" + (f" group by {', '.join(keys)}" if keys else ""))
     got = sched.submit(sql_plan(text, tpch, parallel=2, fuse=False)).result(300)
-    con = duckdb.connect()
-    try:
-        path = str(find_tables(tpch)["lineitem"][0])
-        con.execute(f"create view lineitem as select * from read_parquet('{path}')")
-        rel = con.sql(text)
-        want = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
-    finally:
-        con.close()
+    want = duckdb_on(text, tpch)
     if not keys and want.column("n")[0].as_py() == 0:
         assert got.column("n").to_pylist() == [0] and got.column("rev").to_pylist() == [None]
         return
@@ -264,20 +269,8 @@ def test_in_subquery_aggregate_is_computed_once(tpch, sched):
     text = QUERIES["q18"].replace("    sum(l_quantity)\nfrom", "    avg(l_quantity)\nfrom")
     assert text != QUERIES["q18"]
     assert sum(s.startswith("scan lineitem") for s in logical(text, tpch)) == 2
-    import duckdb
-
-    from operators.data import find_tables
-
     got = sched.submit(sql_plan(text, tpch, parallel=2)).result(300)
-    con = duckdb.connect()
-    try:
-        for t, fs in find_tables(tpch).items():
-            con.execute(f"create view {t} as select * from read_parquet('{fs[0]}')")
-        rel = con.sql(text)
-        want = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
-    finally:
-        con.close()
-    compare_tables(got, want.rename_columns(got.column_names))
+    compare_tables(got, duckdb_on(text, tpch).rename_columns(got.column_names))
 
 
 def test_eager_group_by_through_a_key_join(tpch, sched):
@@ -292,18 +285,6 @@ def test_eager_group_by_through_a_key_join(tpch, sched):
     text = QUERIES["q10"].replace("    c_comment\norder by", "    c_comment,\n    o_orderdate\norder by")
     assert text != QUERIES["q10"]
     assert not any(s.startswith("aggregate by [o_custkey]") for s in logical(text, tpch))
-    import duckdb
-
-    from operators.data import find_tables
-
     for t_ in (QUERIES["q10"], text):
         got = sched.submit(sql_plan(t_, tpch, parallel=2)).result(300)
-        con = duckdb.connect()
-        try:
-            for t, fs in find_tables(tpch).items():
-                con.execute(f"create view {t} as select * from read_parquet('{fs[0]}')")
-            rel = con.sql(t_)
-            want = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
-        finally:
-            con.close()
-        compare_tables(got, want.rename_columns(got.column_names))
+        compare_tables(got, duckdb_on(t_, tpch).rename_columns(got.column_names))

@@ -36,24 +36,24 @@ def add_arguments(p) -> None:
     loc.add_argument("--every", type=packets, default=1, help="sample every N-th consumed packet")
     qs = sub.add_parser("queries", help="TPC-H queries on 1 worker vs DuckDB (1 thread); mix scaling, serial "
                         "fraction, the mix on DuckDB")
-    qs.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: the main job's mix)")
-    qs.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
-    qs.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
-    qs.add_argument("--repeat", type=repeat, default=5)
-    qs.add_argument("--copies", type=requests, default=4,
-                    help="copies of each query in the concurrent mix (default 4)")
+
+    def query_bench(sp, default_queries: str, copies: int) -> None:
+        """The arguments `bench queries` and `bench sql` share."""
+        sp.add_argument("queries", nargs="*", metavar="QUERY", help=f"queries (default: {default_queries})")
+        sp.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
+        sp.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
+        sp.add_argument("--repeat", type=repeat, default=5)
+        sp.add_argument("--copies", type=requests, default=copies,
+                        help=f"copies of each query in the concurrent mix (default {copies})")
+
+    query_bench(qs, "the main job's mix", 4)
     qs.add_argument("--packet-bytes", type=byte_size(), default=None, help="packet size, e.g. 64K")
     qs.add_argument("--cpu-time", action="store_true",
                     help="also compute the serial fraction from CPU time (reads each worker's CPU clock around every "
                     "kernel call: a few microseconds each)")
     sq = sub.add_parser("sql", help="the SQL front end: all 22 TPC-H queries as SQL vs DuckDB (1 thread, in memory) "
                         "and vs the hand-built plans (1 worker), answers checked; the concurrent mix vs DuckDB")
-    sq.add_argument("queries", nargs="*", metavar="QUERY", help="queries (default: q1 ... q22)")
-    sq.add_argument("--data", type=path, metavar="DIR", help="TPC-H Parquet folder (default data/tpch-sf<SF>)")
-    sq.add_argument("--sf", type=scale_factor, help="scale factor to generate if missing (default 0.1)")
-    sq.add_argument("--repeat", type=repeat, default=5)
-    sq.add_argument("--copies", type=requests, default=2,
-                    help="copies of each query in the concurrent mix (default 2)")
+    query_bench(sq, "q1 ... q22", 2)
     pk = sub.add_parser("packets", help="packet allocate + free, microseconds (1 and 3 columns, with and without the request's byte account)")
     pk.add_argument("--count", type=count(10_000_000), default=200_000, help="packets per run (default 200000)")
     pk.add_argument("--repeat", type=repeat, default=7)

@@ -71,12 +71,7 @@ class JoinOrder:
                 if insts <= t.instances and (insts or final or len(trees) == 1):
                     if isinstance(c, exp.EQ):
                         unite(c.this, c.expression)
-                    e, k = to_expr(c, t.resolver())
-                    if k != "bool":
-                        raise error_at(c, f"type error: WHERE of {k}")
-                    t.stream = t.stream.filter(e)
-                    t.rows = max(1.0, t.rows * self.selectivity(c))
-                    t.steps.append(f"filter {e}  ~{t.rows:,.0f} rows")
+                    self.apply_filters(t, [c])
                 else:
                     keep.append((c, insts))
             pending = keep

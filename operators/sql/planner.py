@@ -299,7 +299,8 @@ class Planner(Estimates, Rewrites, Unnesting, JoinOrder, Reducers, SelectTail):
             rel.unique = {n for n, c in renames.items() if c in proto.unique}
         return rel
 
-    def apply_filters(self, rel: Rel, filters, env) -> Rel:
+    def apply_filters(self, rel: Rel, filters, env=None) -> Rel:
+        """`rel` filtered by the conjuncts `filters` (each a condition over its columns)."""
         for f in filters:
             e, k = to_expr(f, rel.resolver())
             if k != "bool":

@@ -49,38 +49,40 @@ class Rel:
         return resolve
 
 
-def conjuncts(node) -> list:
-    if node is None:
-        return []
+def _flat(node, kind) -> list:
     if isinstance(node, exp.Paren):
-        return conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return conjuncts(node.this) + conjuncts(node.expression)
+        return _flat(node.this, kind)
+    if isinstance(node, kind):
+        return _flat(node.this, kind) + _flat(node.expression, kind)
     return [node]
+
+
+def conjuncts(node) -> list:
+    """The operands of a tree of ANDs (none for None)."""
+    return [] if node is None else _flat(node, exp.And)
 
 
 def disjuncts(node) -> list:
-    if isinstance(node, exp.Paren):
-        return disjuncts(node.this)
-    if isinstance(node, exp.Or):
-        return disjuncts(node.this) + disjuncts(node.expression)
-    return [node]
+    """The operands of a tree of ORs."""
+    return _flat(node, exp.Or)
+
+
+def _join(nodes, kind):
+    nodes = [n.copy() for n in nodes]
+    out = nodes[0]
+    for n in nodes[1:]:
+        out = kind(this=out, expression=n)
+    return out
 
 
 def and_all(nodes):
-    nodes = [n.copy() for n in nodes]
-    out = nodes[0]
-    for n in nodes[1:]:
-        out = exp.And(this=out, expression=n)
-    return out
+    """Copies of `nodes` ANDed (a new tree: the originals stay where they are)."""
+    return _join(nodes, exp.And)
 
 
 def or_all(nodes):
-    nodes = [n.copy() for n in nodes]
-    out = nodes[0]
-    for n in nodes[1:]:
-        out = exp.Or(this=out, expression=n)
-    return out
+    """Copies of `nodes` ORed."""
+    return _join(nodes, exp.Or)
 
 
 def own_nodes(node):
