@@ -434,6 +434,21 @@ def _duckdb_mix(con, queries: list[str], copies: int, threads: int) -> tuple[flo
     return t, cpu
 
 
+def duckdb_over(data, kind: str):
+    """A DuckDB connection, one thread, with each table of `data` as a ``VIEW`` over its
+    Parquet files or a ``TABLE`` loaded in memory (`kind`)."""
+    import duckdb
+
+    from operators.data import find_tables
+
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    for t, fs in find_tables(data).items():
+        lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in fs) + "]"
+        con.execute(f"CREATE {kind} {t} AS SELECT * FROM read_parquet({lst})")
+    return con
+
+
 def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: str = "bobox",
                   packet_bytes: int | None = None, cpu_time: bool = False) -> dict:
     """Per query: median time of this engine on 1 worker (parallel=1) and of DuckDB with
@@ -445,9 +460,7 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
     and the same mix on DuckDB with all threads and one connection per request.
     `cpu_time`: also count CPU time in GIL-releasing calls (``released.enable(cpu=True)``,
     ~3 us per kernel call) for the serial fraction from CPU time."""
-    import duckdb
     from operators import released, tpch
-    from operators.data import find_tables
     from operators.tpch_sql import QUERIES as SQL
     from operators.tpch_sql import compare_tables, duckdb_answer
 
@@ -456,15 +469,8 @@ def bench_queries(data, queries=None, repeat: int = 5, copies: int = 4, policy: 
     queries = queries or tpch.DEFAULT_MIX
     topo = topology.probe()
     one = topo.restrict(nodes=[topo.cpu_nodes[0].os_index], cpus=[topo.cpu_nodes[0].cpus[0]])
-    files = find_tables(data)
-    views = duckdb.connect()
-    views.execute("SET threads=1")
-    mem = duckdb.connect()
-    mem.execute("SET threads=1")
-    for t, fs in files.items():
-        lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in fs) + "]"
-        views.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({lst})")
-        mem.execute(f"CREATE TABLE {t} AS SELECT * FROM read_parquet({lst})")
+    views = duckdb_over(data, "VIEW")
+    mem = duckdb_over(data, "TABLE")
     per_query = {}
     with Scheduler(topology=one, policy=policy, packet_bytes=packet_bytes) as s1:
         plans1 = build_plans(queries, data, 1)

@@ -17,17 +17,14 @@ from __future__ import annotations
 import statistics
 import time
 
-from experiments.bench import _duckdb_mix, _geomean, _log, _timed_mix
+from experiments.bench import _duckdb_mix, _geomean, _log, _timed_mix, duckdb_over
 
 
 def bench_sql(data, queries=None, repeat: int = 5, copies: int = 2, policy: str = "bobox",
               progress: bool = True) -> dict:
-    import duckdb
-
     import topology
     from bobox_sched import Scheduler
     from operators import tpch
-    from operators.data import find_tables
     from operators.sql import sql_plan
     from operators.tpch_sql import QUERIES as SQL
     from operators.tpch_sql import compare_tables, duckdb_answer
@@ -37,11 +34,7 @@ def bench_sql(data, queries=None, repeat: int = 5, copies: int = 2, policy: str 
     queries = list(queries or SQL)
     topo = topology.probe()
     one = topo.restrict(nodes=[topo.cpu_nodes[0].os_index], cpus=[topo.cpu_nodes[0].cpus[0]])
-    mem = duckdb.connect()
-    mem.execute("SET threads=1")
-    for t, fs in find_tables(data).items():
-        lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in fs) + "]"
-        mem.execute(f"CREATE TABLE {t} AS SELECT * FROM read_parquet({lst})")
+    mem = duckdb_over(data, "TABLE")
     per_query = {}
     plans1 = {q: sql_plan(SQL[q], data, 1, name=q) for q in queries}
     with Scheduler(topology=one, policy=policy) as s1:
